@@ -1,0 +1,15 @@
+"""bnn: binarized neural networks on TensorFlow with Keras 3."""
+
+from bnn import constraints, gradients, layers, quantizers
+from bnn.constraints import WeightClip
+from bnn.gradients import GradientReversal, custom_gradient, reverse_gradient, straight_through
+from bnn.layers import BinaryConv2D, BinaryDense
+from bnn.quantizers import ste_sign
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "constraints", "gradients", "layers", "quantizers",
+    "WeightClip", "GradientReversal", "custom_gradient", "reverse_gradient", "straight_through",
+    "BinaryConv2D", "BinaryDense", "ste_sign", "__version__",
+]

@@ -1,0 +1,179 @@
+"""Binary layers: Keras' Dense and Conv2D with quantized inputs and kernels.
+
+``BinaryDense`` and ``BinaryConv2D`` keep real-valued *latent* kernels that the optimizer updates;
+the forward pass uses ``kernel_quantizer(kernel)`` (±1 by default) on ``input_quantizer(inputs)``.
+With ``precision="float"`` the same layer is an ordinary float layer of the same shape, which is
+how bnn builds a binary model's float twin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from bnn import quantizers as quantizers_lib
+from bnn.constraints import WeightClip
+
+__all__ = ["BinaryDense", "BinaryConv2D", "PRECISIONS"]
+
+PRECISIONS = ("binary", "float")
+_DEFAULT = "default"
+
+
+class _QuantizedLayer:
+    """Shared part of the binary layers: argument handling, kernel and input quantization."""
+
+    def _init_quantization(self, precision, input_quantizer, kernel_quantizer, scale_kernel):
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"{type(self).__name__} precision must be one of {PRECISIONS}, got {precision!r}"
+            )
+        self.precision = precision
+        self.input_quantizer = quantizers_lib.get(input_quantizer)
+        self.kernel_quantizer = quantizers_lib.get(kernel_quantizer)
+        self.scale_kernel = bool(scale_kernel)
+
+    @staticmethod
+    def _default_constraint(precision, kernel_constraint):
+        if kernel_constraint == _DEFAULT:
+            return WeightClip(1.0) if precision == "binary" else None
+        return kernel_constraint
+
+    @property
+    def quantized(self) -> bool:
+        """True when this layer quantizes (``precision="binary"``)."""
+        return self.precision == "binary"
+
+    def binary_kernel(self) -> tf.Tensor:
+        """The quantized kernel the forward pass uses: ``kernel_quantizer(kernel)`` (±1 for
+        ``ste_sign``), without the optional per-channel scale."""
+        if not self.quantized or self.kernel_quantizer is None:
+            raise ValueError(
+                f"layer {self.name!r} has precision={self.precision!r} and kernel_quantizer="
+                f"{self.kernel_quantizer!r}, so it has no binary kernel; read layer.kernel instead"
+            )
+        return self.kernel_quantizer(self.kernel)
+
+    def kernel_scale(self) -> tf.Tensor | None:
+        """Per-output-channel scale ``mean(|W|)`` (XNOR-Net), or None when ``scale_kernel`` is off."""
+        if not (self.quantized and self.scale_kernel):
+            return None
+        axes = list(range(len(self.kernel.shape) - 1))
+        return ops.mean(ops.abs(self.kernel), axis=axes)
+
+    def _effective_kernel(self):
+        if not self.quantized:
+            return self.kernel
+        kernel = self.kernel if self.kernel_quantizer is None else self.kernel_quantizer(self.kernel)
+        scale = self.kernel_scale()
+        return kernel if scale is None else kernel * ops.cast(scale, kernel.dtype)
+
+    def _quantize_inputs(self, inputs):
+        if self.quantized and self.input_quantizer is not None:
+            return self.input_quantizer(inputs)
+        return inputs
+
+    def _quantization_config(self) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "input_quantizer": quantizers_lib.serialize(self.input_quantizer),
+            "kernel_quantizer": quantizers_lib.serialize(self.kernel_quantizer),
+            "scale_kernel": self.scale_kernel,
+        }
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class BinaryDense(_QuantizedLayer, keras.layers.Dense):
+    """Fully connected layer with binary inputs and kernel.
+
+    ``outputs = activation(input_quantizer(x) @ kernel_quantizer(W) [* scale] [+ b])``
+
+    Args:
+        units: output size.
+        input_quantizer: quantizer for the inputs (default ``"ste_sign"``); ``None`` for a first
+            layer that sees real-valued data.
+        kernel_quantizer: quantizer for the latent kernel (default ``"ste_sign"``).
+        kernel_constraint: default ``WeightClip(1.0)`` when binary, none when float.
+        precision: ``"binary"`` or ``"float"`` (quantizers off: the float twin).
+        scale_kernel: multiply the binary kernel by ``mean(|W|)`` per output unit (XNOR-Net).
+        use_bias: default False (batch normalization usually follows).
+        **kwargs: any other argument of ``keras.layers.Dense``.
+    """
+
+    def __init__(self, units: int, input_quantizer: Any = "ste_sign",
+                 kernel_quantizer: Any = "ste_sign", kernel_constraint: Any = _DEFAULT,
+                 precision: str = "binary", scale_kernel: bool = False, use_bias: bool = False,
+                 **kwargs):
+        self._init_quantization(precision, input_quantizer, kernel_quantizer, scale_kernel)
+        super().__init__(units, use_bias=use_bias,
+                         kernel_constraint=self._default_constraint(precision, kernel_constraint),
+                         **kwargs)
+
+    def call(self, inputs, training=None):
+        x = ops.matmul(self._quantize_inputs(inputs), self._effective_kernel())
+        if self.bias is not None:
+            x = ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), **self._quantization_config()}
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
+    """2-D convolution with binary inputs and kernel.
+
+    Same arguments as :class:`BinaryDense` plus those of ``keras.layers.Conv2D`` and:
+
+    Args:
+        pad_values: value that ``padding="same"`` pads the quantized inputs with. Keras pads with 0,
+            which is not a binary value; ``pad_values=1.0`` keeps every operand ±1, so the layer
+            can run as pure xor-popcount after export.
+    """
+
+    def __init__(self, filters: int, kernel_size, input_quantizer: Any = "ste_sign",
+                 kernel_quantizer: Any = "ste_sign", kernel_constraint: Any = _DEFAULT,
+                 precision: str = "binary", scale_kernel: bool = False, use_bias: bool = False,
+                 pad_values: float = 0.0, **kwargs):
+        self._init_quantization(precision, input_quantizer, kernel_quantizer, scale_kernel)
+        super().__init__(filters, kernel_size, use_bias=use_bias,
+                         kernel_constraint=self._default_constraint(precision, kernel_constraint),
+                         **kwargs)
+        self.pad_values = float(pad_values)
+
+    def _same_padding(self, inputs):
+        """Explicit 'same' padding amounts, as ``[[0,0],[top,bottom],[left,right],[0,0]]``."""
+        spatial = (1, 2) if self.data_format == "channels_last" else (2, 3)
+        pads = [[0, 0], [0, 0], [0, 0], [0, 0]]
+        for axis, k, s, d in zip(spatial, self.kernel_size, self.strides, self.dilation_rate):
+            size = inputs.shape[axis]
+            out = -(-size // s)
+            total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+            pads[axis] = [total // 2, total - total // 2]
+        return pads
+
+    def call(self, inputs):
+        x = self._quantize_inputs(inputs)
+        if self.padding == "same" and self.pad_values != 0.0 and self.quantized:
+            x = ops.pad(x, self._same_padding(x), constant_values=self.pad_values)
+            outputs = ops.conv(x, self._effective_kernel(), strides=list(self.strides),
+                               padding="valid", dilation_rate=self.dilation_rate,
+                               data_format=self.data_format)
+        else:
+            outputs = self.convolution_op(x, self._effective_kernel())
+        if self.use_bias:
+            shape = (1, 1, 1, self.filters) if self.data_format == "channels_last" else (
+                1, self.filters, 1, 1)
+            outputs = ops.add(outputs, ops.reshape(self.bias, shape))
+        if self.activation is not None:
+            return self.activation(outputs)
+        return outputs
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), **self._quantization_config(),
+                "pad_values": self.pad_values}

@@ -1,0 +1,182 @@
+"""Architectures from one spec, in two precisions: the binary model and its float twin.
+
+Every builder takes ``precision="binary" | "float"``. Both twins have the same layers and the
+same parameter shapes; the float twin turns the quantizers off and puts a real activation
+(``float_activation``, ReLU by default) where the binary model binarizes the next layer's inputs.
+Models output logits (the last batch normalization), for ``from_logits=True`` losses.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import keras
+
+from bnn.layers import PRECISIONS, BinaryConv2D, BinaryDense
+
+__all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names"]
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+
+
+def _norm(momentum: float, epsilon: float, name: str, scale: bool = True):
+    return keras.layers.BatchNormalization(momentum=momentum, epsilon=epsilon, scale=scale,
+                                           name=name)
+
+
+def _activation(precision: str, float_activation: str, name: str) -> list:
+    """Nothing for the binary model (the next layer's input quantizer binarizes), a real
+    activation for the float twin."""
+    return [] if precision == "binary" else [keras.layers.Activation(float_activation, name=name)]
+
+
+def binarynet_mlp(
+    precision: str = "binary",
+    input_shape: Sequence[int] = (28, 28, 1),
+    num_classes: int = 10,
+    hidden_units: Sequence[int] = (2048, 2048, 2048),
+    input_quantizer: Any = "ste_sign",
+    kernel_quantizer: Any = "ste_sign",
+    dropout: float = 0.0,
+    momentum: float = 0.9,
+    epsilon: float = 1e-4,
+    float_activation: str = "relu",
+    name: str | None = None,
+) -> keras.Model:
+    """BinaryNet MLP (Courbariaux et al. 2016): Flatten, then per hidden layer
+    ``BinaryDense -> BatchNorm``, then ``BinaryDense(num_classes) -> BatchNorm`` (logits).
+
+    The first layer sees real-valued pixels (binary kernel, real inputs).
+    """
+    _check_precision(precision)
+    q = dict(kernel_quantizer=kernel_quantizer, precision=precision)
+    layers: list = [keras.Input(tuple(input_shape)), keras.layers.Flatten(name="flatten")]
+    for i, units in enumerate(hidden_units):
+        if dropout and i > 0:
+            layers.append(keras.layers.Dropout(dropout, name=f"dropout{i}"))
+        layers += [
+            BinaryDense(units, input_quantizer=None if i == 0 else input_quantizer,
+                        name=f"dense{i}", **q),
+            _norm(momentum, epsilon, f"bn{i}"),
+            *_activation(precision, float_activation, f"act{i}"),
+        ]
+    if dropout:
+        layers.append(keras.layers.Dropout(dropout, name="dropout_out"))
+    layers += [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
+               _norm(momentum, epsilon, "bn_out", scale=False)]
+    return keras.Sequential(layers, name=name or f"binarynet_mlp_{precision}")
+
+
+def vgg_small(
+    precision: str = "binary",
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    filters: Sequence[int] = (128, 128, 256, 256, 512, 512),
+    dense_units: Sequence[int] = (1024, 1024),
+    input_quantizer: Any = "ste_sign",
+    kernel_quantizer: Any = "ste_sign",
+    momentum: float = 0.9,
+    epsilon: float = 1e-4,
+    float_activation: str = "relu",
+    name: str | None = None,
+) -> keras.Model:
+    """BinaryNet VGG-small for CIFAR-10:
+    ``2x128C3 - MP2 - 2x256C3 - MP2 - 2x512C3 - MP2 - 1024FC - 1024FC - 10``, batch norm after
+    every layer (after the pooling where there is one), real-valued input to the first layer.
+
+    Binary convolutions pad with +1 (``pad_values=1``) so every operand is ±1 and the model
+    exports to pure xor-popcount.
+    """
+    _check_precision(precision)
+    q = dict(kernel_quantizer=kernel_quantizer, precision=precision)
+    layers: list = [keras.Input(tuple(input_shape))]
+    for i, f in enumerate(filters):
+        layers.append(BinaryConv2D(f, 3, padding="same", pad_values=1.0,
+                                   input_quantizer=None if i == 0 else input_quantizer,
+                                   name=f"conv{i}", **q))
+        if i % 2 == 1:
+            layers.append(keras.layers.MaxPooling2D(2, name=f"pool{i}"))
+        layers += [_norm(momentum, epsilon, f"bn_conv{i}"),
+                   *_activation(precision, float_activation, f"act_conv{i}")]
+    layers.append(keras.layers.Flatten(name="flatten"))
+    for i, units in enumerate(dense_units):
+        layers += [BinaryDense(units, input_quantizer=input_quantizer, name=f"dense{i}", **q),
+                   _norm(momentum, epsilon, f"bn_dense{i}"),
+                   *_activation(precision, float_activation, f"act_dense{i}")]
+    layers += [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
+               _norm(momentum, epsilon, "bn_out", scale=False)]
+    return keras.Sequential(layers, name=name or f"vgg_small_{precision}")
+
+
+def binary_resnet(
+    precision: str = "binary",
+    input_shape: Sequence[int] = (32, 32, 3),
+    num_classes: int = 10,
+    stages: Sequence[int] = (64, 128, 256, 512),
+    blocks_per_stage: int = 2,
+    input_quantizer: Any = "ste_sign",
+    kernel_quantizer: Any = "ste_sign",
+    momentum: float = 0.9,
+    epsilon: float = 1e-4,
+    float_activation: str = "relu",
+    name: str | None = None,
+) -> keras.Model:
+    """Bi-Real-style binary ResNet: every binary 3x3 convolution is wrapped by a real-valued
+    shortcut (``x + BN(BinaryConv(x))``). The stem, the downsampling shortcuts (average pool +
+    1x1 convolution) and the classifier stay real-valued, as in Bi-Real Net."""
+    _check_precision(precision)
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Conv2D(stages[0], 3, padding="same", use_bias=False, name="stem")(inputs)
+    x = _norm(momentum, epsilon, "stem_bn")(x)
+    for s, width in enumerate(stages):
+        for b in range(blocks_per_stage):
+            stride = 2 if (b == 0 and s > 0) else 1
+            shortcut = x
+            if stride != 1 or shortcut.shape[-1] != width:
+                shortcut = keras.layers.AveragePooling2D(stride, name=f"s{s}b{b}_pool")(shortcut)
+                shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
+                                               name=f"s{s}b{b}_proj")(shortcut)
+                shortcut = _norm(momentum, epsilon, f"s{s}b{b}_proj_bn")(shortcut)
+            y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
+                             input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
+                             precision=precision, name=f"s{s}b{b}_conv")(x)
+            y = _norm(momentum, epsilon, f"s{s}b{b}_bn")(y)
+            for layer in _activation(precision, float_activation, f"s{s}b{b}_act"):
+                y = layer(y)
+            x = keras.layers.Add(name=f"s{s}b{b}_add")([shortcut, y])
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
+    return keras.Model(inputs, outputs, name=name or f"binary_resnet_{precision}")
+
+
+_BUILDERS: dict[str, Callable[..., keras.Model]] = {
+    "binarynet_mlp": binarynet_mlp,
+    "vgg_small": vgg_small,
+    "binary_resnet": binary_resnet,
+}
+
+
+def names() -> list[str]:
+    """Names accepted by :func:`build`."""
+    return sorted(_BUILDERS)
+
+
+def build(name: str, precision: str = "binary", **options: Any) -> keras.Model:
+    """Builds architecture ``name`` in ``precision`` with keyword ``options`` of its builder.
+
+    Raises:
+        ValueError: for an unknown architecture or option, naming what is allowed.
+    """
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown model {name!r}; known models: {', '.join(names())}")
+    builder = _BUILDERS[name]
+    allowed = set(inspect.signature(builder).parameters) - {"precision", "name"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for model {name!r}; "
+                         f"allowed: {', '.join(sorted(allowed))}")
+    return builder(precision=precision, **options)

@@ -1,0 +1,344 @@
+"""Quantizers: functions that map real values to a few levels, with a pseudo-gradient.
+
+Each quantizer is a small pure function built on ``tf.custom_gradient``; its docstring gives the
+forward formula and the pseudo-gradient. Each also has a tiny serializable class registered under
+a string name, so layers and YAML files can say ``"ste_sign"``. Every function keeps the input's
+dtype (float16 and bfloat16 in, the same dtype out) and runs under ``tf.function``, XLA and
+``tf.distribute``.
+
+Look a quantizer up with :func:`get`; add your own with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import keras
+import tensorflow as tf
+
+__all__ = [
+    "Quantizer",
+    "SteSign",
+    "ApproxSign",
+    "SwishSign",
+    "MagnitudeAwareSign",
+    "SteHeaviside",
+    "SteTern",
+    "DoReFa",
+    "ste_sign",
+    "approx_sign",
+    "swish_sign",
+    "magnitude_aware_sign",
+    "ste_heaviside",
+    "ste_tern",
+    "dorefa",
+    "get",
+    "serialize",
+    "register",
+    "names",
+]
+
+_REGISTRY: dict[str, type[Quantizer]] = {}
+
+
+def _sign(x: tf.Tensor) -> tf.Tensor:
+    """+1 where x >= 0, -1 elsewhere, in x's dtype (sign(0) = +1)."""
+    one = tf.ones_like(x)
+    return tf.where(x >= 0, one, -one)
+
+
+def _mask(x: tf.Tensor, clip_value: float) -> tf.Tensor:
+    return tf.cast(tf.abs(x) <= tf.cast(clip_value, x.dtype), x.dtype)
+
+
+def ste_sign(x: tf.Tensor, clip_value: float = 1.0) -> tf.Tensor:
+    r"""Sign with the straight-through estimator (BinaryNet, Courbariaux et al. 2016).
+
+    Forward: :math:`q(x) = +1` if :math:`x \ge 0`, else :math:`-1`.
+
+    Backward: :math:`\partial q / \partial x = 1` if :math:`|x| \le` ``clip_value``, else 0 (the
+    derivative of hard-tanh). ``clip_value=inf`` passes every gradient.
+    """
+    x = tf.convert_to_tensor(x)
+
+    @tf.custom_gradient
+    def _op(x):
+        return _sign(x), lambda dy: dy * _mask(x, clip_value)
+
+    return _op(x)
+
+
+def approx_sign(x: tf.Tensor) -> tf.Tensor:
+    r"""Sign with Bi-Real Net's piecewise-quadratic pseudo-gradient (Liu et al. 2018).
+
+    Forward: :math:`q(x) = \mathrm{sign}(x)` (+1 at 0).
+
+    Backward: :math:`\partial q / \partial x = 2 - 2|x|` for :math:`|x| \le 1`, else 0.
+    """
+    x = tf.convert_to_tensor(x)
+
+    @tf.custom_gradient
+    def _op(x):
+        def grad(dy):
+            return dy * tf.maximum(2.0 - 2.0 * tf.abs(x), tf.zeros_like(x))
+
+        return _sign(x), grad
+
+    return _op(x)
+
+
+def swish_sign(x: tf.Tensor, beta: float = 5.0) -> tf.Tensor:
+    r"""Sign with the SignSwish pseudo-gradient (BNN+, Darabi et al. 2018).
+
+    Forward: :math:`q(x) = \mathrm{sign}(x)` (+1 at 0).
+
+    Backward: :math:`\partial q / \partial x = \beta\,(2 - \beta x \tanh(\beta x / 2))
+    / (1 + \cosh(\beta x))`.
+    """
+    x = tf.convert_to_tensor(x)
+
+    @tf.custom_gradient
+    def _op(x):
+        def grad(dy):
+            b = tf.cast(beta, x.dtype)
+            bx = b * x
+            return dy * b * (2.0 - bx * tf.tanh(bx / 2.0)) / (1.0 + tf.cosh(bx))
+
+        return _sign(x), grad
+
+    return _op(x)
+
+
+def magnitude_aware_sign(x: tf.Tensor, clip_value: float = 1.0) -> tf.Tensor:
+    r"""Sign scaled by the mean magnitude per output channel (Bi-Real Net weights).
+
+    Forward: :math:`q(x) = \mathrm{sign}(x)\cdot\mathrm{mean}(|x|)`, the mean taken over every
+    axis but the last (the output channels of a kernel).
+
+    Backward: ``ste_sign``'s mask times the (constant) scale; the scale itself is not
+    differentiated through.
+    """
+    x = tf.convert_to_tensor(x)
+    axes = list(range(len(x.shape) - 1))
+    scale = tf.stop_gradient(tf.reduce_mean(tf.abs(x), axis=axes))
+    return ste_sign(x, clip_value) * scale
+
+
+def ste_heaviside(x: tf.Tensor, clip_value: float = 1.0) -> tf.Tensor:
+    r"""Binarization to {0, 1} with the straight-through estimator.
+
+    Forward: :math:`q(x) = 1` if :math:`x > 0`, else 0.
+
+    Backward: :math:`\partial q / \partial x = 1` if :math:`|x| \le` ``clip_value``, else 0.
+    """
+    x = tf.convert_to_tensor(x)
+
+    @tf.custom_gradient
+    def _op(x):
+        return tf.cast(x > 0, x.dtype), lambda dy: dy * _mask(x, clip_value)
+
+    return _op(x)
+
+
+def ste_tern(
+    x: tf.Tensor, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
+    clip_value: float = 1.0,
+) -> tf.Tensor:
+    r"""Ternarization to {-1, 0, +1} with the straight-through estimator.
+
+    Forward: :math:`q(x) = \mathrm{sign}(x)` if :math:`|x| > \Delta`, else 0, where
+    :math:`\Delta` is ``threshold_value``, or :math:`0.7\,\mathrm{mean}(|x|)` when
+    ``ternary_weight_networks`` (Li et al. 2016).
+
+    Backward: :math:`\partial q / \partial x = 1` if :math:`|x| \le` ``clip_value``, else 0.
+    """
+    x = tf.convert_to_tensor(x)
+
+    @tf.custom_gradient
+    def _op(x):
+        if ternary_weight_networks:
+            delta = 0.7 * tf.reduce_mean(tf.abs(x))
+        else:
+            delta = tf.cast(threshold_value, x.dtype)
+        y = _sign(x) * tf.cast(tf.abs(x) > delta, x.dtype)
+        return y, lambda dy: dy * _mask(x, clip_value)
+
+    return _op(x)
+
+
+def dorefa(x: tf.Tensor, k_bit: int = 2) -> tf.Tensor:
+    r"""k-bit uniform quantization of [0, 1] (DoReFa-Net activations, Zhou et al. 2016).
+
+    Forward: :math:`q(x) = \mathrm{round}((2^k - 1)\,\mathrm{clip}(x, 0, 1)) / (2^k - 1)`.
+
+    Backward: :math:`\partial q / \partial x = 1` if :math:`0 \le x \le 1`, else 0.
+    """
+    x = tf.convert_to_tensor(x)
+    levels = float(2**k_bit - 1)
+
+    @tf.custom_gradient
+    def _op(x):
+        clipped = tf.clip_by_value(x, tf.zeros_like(x), tf.ones_like(x))
+        y = tf.round(clipped * levels) / levels
+        inside = tf.cast((x >= 0) & (x <= 1), x.dtype)
+        return y, lambda dy: dy * inside
+
+    return _op(x)
+
+
+class Quantizer:
+    """Base class: a callable with a registered ``name`` and a ``get_config``.
+
+    Subclasses set ``name`` and ``function`` and list their keyword arguments in ``__init__``.
+    """
+
+    name: str = ""
+    function: Callable[..., tf.Tensor]
+    precision: int = 1
+
+    def __init__(self, **kwargs: Any):
+        self._kwargs = kwargs
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        return type(self).function(x, **self._kwargs)
+
+    def get_config(self) -> dict[str, Any]:
+        return dict(self._kwargs)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Quantizer:
+        return cls(**config)
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.get_config() == other.get_config()
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(sorted(self._kwargs.items()))))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())
+        return f"{type(self).__name__}({args})"
+
+
+def register(cls: type[Quantizer]) -> type[Quantizer]:
+    """Class decorator: makes a quantizer class findable by ``cls.name`` and Keras-serializable."""
+    if not cls.name:
+        raise ValueError(f"quantizer class {cls.__name__} needs a non-empty 'name' attribute")
+    _REGISTRY[cls.name] = cls
+    return keras.saving.register_keras_serializable(package="bnn")(cls)
+
+
+@register
+class SteSign(Quantizer):
+    name, function = "ste_sign", staticmethod(ste_sign)
+
+    def __init__(self, clip_value: float = 1.0):
+        super().__init__(clip_value=float(clip_value))
+
+
+@register
+class ApproxSign(Quantizer):
+    name, function = "approx_sign", staticmethod(approx_sign)
+
+    def __init__(self):
+        super().__init__()
+
+
+@register
+class SwishSign(Quantizer):
+    name, function = "swish_sign", staticmethod(swish_sign)
+
+    def __init__(self, beta: float = 5.0):
+        super().__init__(beta=float(beta))
+
+
+@register
+class MagnitudeAwareSign(Quantizer):
+    name, function = "magnitude_aware_sign", staticmethod(magnitude_aware_sign)
+
+    def __init__(self, clip_value: float = 1.0):
+        super().__init__(clip_value=float(clip_value))
+
+
+@register
+class SteHeaviside(Quantizer):
+    name, function = "ste_heaviside", staticmethod(ste_heaviside)
+
+    def __init__(self, clip_value: float = 1.0):
+        super().__init__(clip_value=float(clip_value))
+
+
+@register
+class SteTern(Quantizer):
+    name, function, precision = "ste_tern", staticmethod(ste_tern), 2
+
+    def __init__(self, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
+                 clip_value: float = 1.0):
+        super().__init__(threshold_value=float(threshold_value),
+                         ternary_weight_networks=bool(ternary_weight_networks),
+                         clip_value=float(clip_value))
+
+
+@register
+class DoReFa(Quantizer):
+    name, function = "dorefa", staticmethod(dorefa)
+
+    def __init__(self, k_bit: int = 2):
+        if int(k_bit) < 1:
+            raise ValueError(f"dorefa k_bit must be >= 1, got {k_bit!r}")
+        super().__init__(k_bit=int(k_bit))
+        self.precision = int(k_bit)
+
+
+# The plain functions are Keras-serializable too, so `Dense(..., activation=ste_sign)` saves.
+for _cls in list(_REGISTRY.values()):
+    keras.saving.register_keras_serializable(package="bnn", name=_cls.name)(_cls.function)
+_FUNCTIONS = {cls.function: cls for cls in _REGISTRY.values()}
+
+
+def names() -> list[str]:
+    """The registered quantizer names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get(identifier: Any) -> Quantizer | Callable | None:
+    """Resolves a quantizer from a name, a ``{"name": ..., **kwargs}`` dict, a Keras config dict,
+    a :class:`Quantizer`, a plain callable, or ``None`` (no quantizer).
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if identifier is None or isinstance(identifier, Quantizer):
+        return identifier
+    if isinstance(identifier, str):
+        if identifier not in _REGISTRY:
+            raise ValueError(
+                f"unknown quantizer {identifier!r}; known quantizers: {', '.join(names())}"
+            )
+        return _REGISTRY[identifier]()
+    if isinstance(identifier, dict):
+        if "class_name" in identifier:
+            return keras.saving.deserialize_keras_object(identifier)
+        config = dict(identifier)
+        name = config.pop("name", None)
+        if name not in _REGISTRY:
+            raise ValueError(
+                f"unknown quantizer {name!r}; known quantizers: {', '.join(names())}"
+            )
+        try:
+            return _REGISTRY[name](**config)
+        except TypeError as error:
+            raise ValueError(f"bad arguments for quantizer {name!r}: {error}") from None
+    if callable(identifier):
+        return _FUNCTIONS[identifier]() if identifier in _FUNCTIONS else identifier
+    raise ValueError(
+        f"cannot use {identifier!r} as a quantizer; give a name ({', '.join(names())}), "
+        "a dict, a callable or None"
+    )
+
+
+def serialize(quantizer: Quantizer | Callable | None) -> Any:
+    """Inverse of :func:`get`: None, or a Keras-serialized object."""
+    if quantizer is None:
+        return None
+    return keras.saving.serialize_keras_object(quantizer)

@@ -1,0 +1,158 @@
+import numpy as np
+import keras
+import pytest
+import tensorflow as tf
+
+import bnn
+
+
+def np_sign(a):
+    return np.where(a >= 0, 1.0, -1.0).astype("float32")
+
+
+def np_conv2d_valid(x, w):
+    """Reference NHWC 'valid' convolution (cross-correlation), stride 1, in float64."""
+    n, h, wd, _ = x.shape
+    kh, kw, _, f = w.shape
+    out = np.zeros((n, h - kh + 1, wd - kw + 1, f))
+    for i in range(out.shape[1]):
+        for j in range(out.shape[2]):
+            patch = x[:, i:i + kh, j:j + kw, :].reshape(n, -1)
+            out[:, i, j, :] = patch @ w.reshape(-1, f)
+    return out
+
+
+def test_binary_dense_forward_equals_numpy_sign_times_sign():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(7, 33)).astype("float32")
+    layer = bnn.BinaryDense(5)
+    y = layer(x).numpy()
+    w = layer.kernel.numpy()
+    np.testing.assert_array_equal(y, np_sign(x) @ np_sign(w))
+    assert set(np.unique(y)) <= set(range(-33, 34, 2))
+
+
+def test_binary_dense_first_layer_keeps_real_inputs():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4, 6)).astype("float32")
+    layer = bnn.BinaryDense(3, input_quantizer=None)
+    np.testing.assert_allclose(layer(x).numpy(), x @ np_sign(layer.kernel.numpy()), rtol=1e-5)
+
+
+@pytest.mark.parametrize("padding, pad_values", [("valid", 0.0), ("same", 1.0), ("same", -1.0)])
+def test_binary_conv2d_forward_equals_numpy_sign_times_sign(padding, pad_values):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(2, 6, 5, 3)).astype("float32")
+    layer = bnn.BinaryConv2D(4, 3, padding=padding, pad_values=pad_values)
+    y = layer(x).numpy()
+    xs = np_sign(x)
+    if padding == "same":
+        xs = np.pad(xs, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=pad_values)
+    np.testing.assert_array_equal(y, np_conv2d_valid(xs, np_sign(layer.kernel.numpy())))
+
+
+def test_binary_conv2d_same_padding_with_zeros_matches_keras():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 5, 5, 2)).astype("float32")
+    layer = bnn.BinaryConv2D(3, 3, padding="same", strides=2)
+    y = layer(x).numpy()
+    ref = keras.ops.conv(np_sign(x), np_sign(layer.kernel.numpy()), strides=2, padding="same")
+    np.testing.assert_array_equal(y, ref.numpy())
+
+
+def test_binary_kernel_is_what_the_forward_pass_uses():
+    layer = bnn.BinaryDense(4, input_quantizer=None)
+    eye = np.eye(6, dtype="float32")
+    np.testing.assert_array_equal(layer(eye).numpy(), layer.binary_kernel().numpy())
+    assert set(np.unique(layer.binary_kernel().numpy())) == {-1.0, 1.0}
+
+
+def test_float_twin_has_same_shapes_and_no_quantization():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(3, 8)).astype("float32")
+    twin = bnn.BinaryDense(4, precision="float")
+    binary = bnn.BinaryDense(4)
+    np.testing.assert_allclose(twin(x).numpy(), x @ twin.kernel.numpy(), rtol=1e-5)
+    binary(x)
+    assert twin.kernel.shape == binary.kernel.shape
+    assert twin.kernel_constraint is None
+    assert isinstance(binary.kernel_constraint, bnn.WeightClip)
+    with pytest.raises(ValueError, match="has no binary kernel; read layer.kernel"):
+        twin.binary_kernel()
+    with pytest.raises(ValueError, match="precision must be one of"):
+        bnn.BinaryDense(4, precision="half")
+
+
+def test_scale_kernel_multiplies_by_mean_abs_per_output_channel():
+    layer = bnn.BinaryDense(3, scale_kernel=True, input_quantizer=None)
+    eye = np.eye(5, dtype="float32")
+    layer.build((None, 5))
+    w = layer.kernel.numpy()
+    expected = np_sign(w) * np.abs(w).mean(axis=0)
+    np.testing.assert_allclose(layer(eye).numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [lambda: bnn.BinaryDense(16),
+                                  lambda: bnn.BinaryConv2D(4, 3, padding="same", pad_values=1)])
+def test_latent_weights_stay_clipped_after_a_large_learning_rate_step(make):
+    layer = make()
+    shape = (8, 12) if isinstance(layer, bnn.BinaryDense) else (2, 6, 6, 3)
+    model = keras.Sequential([keras.Input(shape[1:]), layer, keras.layers.Flatten(),
+                              keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(learning_rate=1000.0), "mse")
+    rng = np.random.default_rng(5)
+    model.fit(rng.normal(size=shape), rng.normal(size=(shape[0], 1)) * 100, epochs=2, verbose=0)
+    kernel = layer.kernel.numpy()
+    assert np.abs(kernel).max() <= 1.0
+    assert np.isclose(np.abs(kernel).max(), 1.0)  # the step was large enough to need clipping
+
+
+def test_xla_and_eager_forward_identical():
+    rng = np.random.default_rng(6)
+    model = keras.Sequential([keras.Input((8, 8, 3)),
+                              bnn.BinaryConv2D(8, 3, input_quantizer=None, padding="same"),
+                              keras.layers.BatchNormalization(),
+                              bnn.BinaryConv2D(8, 3, padding="same", pad_values=1.0),
+                              keras.layers.Flatten(), bnn.BinaryDense(10)])
+    x = rng.normal(size=(4, 8, 8, 3)).astype("float32")
+    eager = model(x, training=False).numpy()
+    xla = tf.function(lambda t: model(t, training=False), jit_compile=True)(x).numpy()
+    np.testing.assert_array_equal(eager, xla)
+
+
+def test_save_and_load_without_custom_objects(tmp_path):
+    model = keras.Sequential([
+        keras.Input((6, 6, 2)),
+        bnn.BinaryConv2D(4, 3, input_quantizer=None, pad_values=1.0, padding="same"),
+        keras.layers.BatchNormalization(),
+        keras.layers.Flatten(),
+        bnn.BinaryDense(5, kernel_quantizer={"name": "ste_sign", "clip_value": 0.5},
+                        scale_kernel=True),
+        bnn.BinaryDense(3, precision="float"),
+    ])
+    x = np.random.default_rng(7).normal(size=(3, 6, 6, 2)).astype("float32")
+    path = tmp_path / "m.keras"
+    model.save(path)
+    restored = keras.models.load_model(path)
+    np.testing.assert_array_equal(model(x).numpy(), restored(x).numpy())
+    dense = restored.layers[3]
+    assert dense.kernel_quantizer.get_config() == {"clip_value": 0.5}
+    assert dense.scale_kernel and restored.layers[4].precision == "float"
+
+
+def test_train_step_under_mirrored_strategy_on_two_logical_cpus():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(devices) < 2:
+        pytest.skip("needs 2 logical CPU devices, configured in conftest before TF starts")
+    strategy = tf.distribute.MirroredStrategy(devices[:2])
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((10,)), bnn.BinaryDense(8, input_quantizer=None),
+                                  keras.layers.BatchNormalization(), bnn.BinaryDense(2)])
+        model.compile(keras.optimizers.Adam(0.1), "mse")
+    before = model.layers[0].kernel.numpy()
+    rng = np.random.default_rng(8)
+    history = model.fit(rng.normal(size=(32, 10)), rng.normal(size=(32, 2)), batch_size=16,
+                        epochs=1, verbose=0)
+    after = model.layers[0].kernel.numpy()
+    assert np.isfinite(history.history["loss"][0])
+    assert not np.array_equal(before, after) and np.abs(after).max() <= 1.0
