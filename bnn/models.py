@@ -15,7 +15,7 @@ import keras
 
 from bnn.layers import PRECISIONS, BinaryConv2D, BinaryDense
 
-__all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names"]
+__all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names", "option_names"]
 
 
 def _check_precision(precision: str) -> None:
@@ -165,6 +165,13 @@ def names() -> list[str]:
     return sorted(_BUILDERS)
 
 
+def option_names(name: str) -> list[str]:
+    """The keyword options that architecture ``name`` accepts (besides ``precision``)."""
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown model {name!r}; known models: {', '.join(names())}")
+    return sorted(set(inspect.signature(_BUILDERS[name]).parameters) - {"precision", "name"})
+
+
 def build(name: str, precision: str = "binary", **options: Any) -> keras.Model:
     """Builds architecture ``name`` in ``precision`` with keyword ``options`` of its builder.
 
@@ -173,10 +180,9 @@ def build(name: str, precision: str = "binary", **options: Any) -> keras.Model:
     """
     if name not in _BUILDERS:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(names())}")
-    builder = _BUILDERS[name]
-    allowed = set(inspect.signature(builder).parameters) - {"precision", "name"}
-    unknown = sorted(set(options) - allowed)
+    allowed = option_names(name)
+    unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(f"unknown option(s) {', '.join(unknown)} for model {name!r}; "
-                         f"allowed: {', '.join(sorted(allowed))}")
-    return builder(precision=precision, **options)
+                         f"allowed: {', '.join(allowed)}")
+    return _BUILDERS[name](precision=precision, **options)
