@@ -1,0 +1,164 @@
+"""The run directory: atomic file writes, checkpoints kept N deep, and a single-writer lock.
+
+Layout::
+
+    RUN_DIR/
+      config.yaml               the resolved configuration
+      report.json, report.md    written when a run finishes
+      .lock                     pid of the process writing here
+      <precision>/              one per twin ("binary", "float"): TensorBoard events, and
+        model.keras             the final model
+        checkpoints/epoch-0003.keras, state-0003.json   the last ``keep`` complete epochs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunDirError", "atomic_write", "write_json", "Checkpoints", "RunLock"]
+
+
+class RunDirError(Exception):
+    """A problem with the run directory (locked, finished, damaged checkpoint)."""
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Writes ``data`` to a temporary file beside ``path``, syncs it, then renames it over
+    ``path``: readers see the old file or the new one, never a partial one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+_CKPT = re.compile(r"^epoch-(\d{4,})\.keras$")
+
+
+class Checkpoints:
+    """Per-epoch checkpoints of one twin: ``epoch-NNNN.keras`` (model with optimizer state) and
+    ``state-NNNN.json`` (trainer state), the state written last so that its presence marks a
+    complete checkpoint."""
+
+    def __init__(self, directory: Path, keep: int = 3):
+        self.directory = Path(directory)
+        self.keep = int(keep)
+
+    def model_path(self, epoch: int) -> Path:
+        return self.directory / f"epoch-{epoch:04d}.keras"
+
+    def state_path(self, epoch: int) -> Path:
+        return self.directory / f"state-{epoch:04d}.json"
+
+    def save(self, model, epoch: int, state: dict) -> Path:
+        """Saves the model after ``epoch`` epochs atomically, then prunes to the last ``keep``."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.model_path(epoch)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".keras", dir=self.directory)
+        os.close(fd)
+        try:
+            model.save(tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        write_json(self.state_path(epoch), {**state, "epoch": epoch})
+        for old in self.epochs()[: -self.keep]:
+            self.state_path(old).unlink(missing_ok=True)
+            self.model_path(old).unlink(missing_ok=True)
+        return path
+
+    def epochs(self) -> list[int]:
+        """Epochs with a complete checkpoint (model and state), ascending."""
+        if not self.directory.is_dir():
+            return []
+        found = [int(m.group(1)) for p in self.directory.iterdir() if (m := _CKPT.match(p.name))]
+        return sorted(e for e in found if self.state_path(e).exists())
+
+    def latest(self) -> tuple[int, Path, dict] | None:
+        """``(epoch, model_path, state)`` of the newest complete checkpoint, or None."""
+        epochs = self.epochs()
+        if not epochs:
+            return None
+        epoch = epochs[-1]
+        state_path = self.state_path(epoch)
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, ValueError) as error:
+            raise RunDirError(
+                f"checkpoint state {state_path} is damaged ({error}); delete it to resume from "
+                "the previous checkpoint"
+            ) from None
+        return epoch, self.model_path(epoch), state
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunLock:
+    """``RUN_DIR/.lock`` holding the writer's pid. A second live writer is refused; a lock
+    left by a dead process is taken over."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / ".lock"
+        self.held = False
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    pid = int(self.path.read_text().strip() or 0)
+                except (OSError, ValueError):
+                    pid = 0
+                if pid and pid != os.getpid() and _pid_alive(pid):
+                    raise RunDirError(
+                        f"{self.path.parent} is being written by another bnn process (pid {pid}); "
+                        "wait for it to finish or choose another --output-dir"
+                    ) from None
+                self.path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            self.held = True
+            return
+        raise RunDirError(f"could not take the lock {self.path}; remove it if no bnn process runs")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -1,0 +1,324 @@
+"""The trainer: one twin (binary or float) of an experiment, trained with Keras ``fit``.
+
+``train_twin`` builds the data pipelines and the model from a :class:`bnn.config.Config`, trains
+with a checkpoint after every epoch, logs to TensorBoard and returns the twin's figures.
+``--resume`` continues from the newest complete checkpoint and, with a fixed seed and
+``deterministic: true`` on the CPU, ends where an uninterrupted run ends: the data order depends
+only on (seed, epoch) and the checkpoint holds the weights, the batch-norm statistics and the
+optimizer state.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bnn import callbacks as cb
+from bnn import data as data_lib
+from bnn import losses, models
+from bnn.config import Config, hparams
+from bnn.rundir import Checkpoints, RunDirError
+from bnn.schedules import EpochSchedule, decay_rate_for
+
+__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "prepare_run_dir",
+           "configure_runtime", "make_strategy", "build_model", "write_config_copy"]
+
+
+class TrainingError(Exception):
+    """Training could not go on (non-finite loss, missing device, damaged checkpoint)."""
+
+
+class Interrupted(Exception):
+    """Training stopped on SIGINT or SIGTERM after saving; ``--resume`` continues it."""
+
+
+@dataclass
+class TwinResult:
+    precision: str
+    test_accuracy: float
+    best_test_accuracy: float
+    test_loss: float
+    median_step_ms: float
+    examples_per_second: float
+    params: int
+    epochs: int
+    wall_seconds: float
+    history: list[dict] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The figures for ``report.json`` (everything but the per-epoch history)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("history", "precision")}
+
+
+def configure_runtime(config: Config) -> None:
+    """Device, precision policy, determinism and seeds, before any model is built."""
+    t = config.training
+    gpus = tf.config.list_physical_devices("GPU")
+    if t.device == "gpu" and not gpus:
+        raise TrainingError("training.device is 'gpu' but TensorFlow sees no GPU; install "
+                            "bnn[gpu] on a machine with CUDA, or set training.device=cpu")
+    if t.device == "cpu" and gpus:
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:  # already initialised in this process
+            pass
+    policy = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+    keras.mixed_precision.set_global_policy(policy[t.mixed_precision])
+    if t.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(t.seed)
+
+
+def make_strategy(config: Config) -> tf.distribute.Strategy:
+    kind = config.training.distribute
+    if kind == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if kind == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.cluster_spec().as_dict():
+        return True
+    return resolver.task_type in (None, "chief") or (
+        resolver.task_type == "worker" and resolver.task_id == 0)
+
+
+def _learning_rate(config: Config, steps_per_epoch: int):
+    s, o = config.schedule, config.optimizer
+    decay = s.decay_rate
+    if s.name == "exponential" and s.final_learning_rate is not None:
+        decay = decay_rate_for(o.learning_rate, s.final_learning_rate, config.training.epochs)
+    if s.name == "constant" and s.warmup_epochs == 0:
+        return o.learning_rate
+    return EpochSchedule(s.name, o.learning_rate, steps_per_epoch, config.training.epochs,
+                         decay_rate=decay, alpha=s.alpha, warmup_epochs=s.warmup_epochs)
+
+
+def _make_optimizer(config: Config, model: keras.Model, learning_rate):
+    o = config.optimizer
+    if o.name == "adam":
+        return keras.optimizers.Adam(learning_rate, beta_1=o.beta_1, beta_2=o.beta_2,
+                                     epsilon=o.epsilon, weight_decay=o.weight_decay or None)
+    if o.name == "sgd":
+        return keras.optimizers.SGD(learning_rate, momentum=o.momentum, nesterov=o.nesterov,
+                                    weight_decay=o.weight_decay or None)
+    from bnn import optimizers
+
+    return optimizers.make_optimizer("bop", model, learning_rate, threshold=o.threshold,
+                                     gamma=o.gamma)
+
+
+def build_model(config: Config, precision: str, info: data_lib.Datasets) -> keras.Model:
+    """The configured architecture in ``precision``, compiled with loss, optimizer, accuracy."""
+    options = {"input_shape": info.input_shape, "num_classes": info.num_classes,
+               **config.model.options}
+    model = models.build(config.model.name, precision, **options)
+    loss = losses.get(config.training.loss, info.num_classes, config.training.label_smoothing)
+    optimizer = _make_optimizer(config, model, _learning_rate(config, info.steps_per_epoch))
+    model.compile(optimizer=optimizer, loss=loss,
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                  jit_compile=config.training.xla)
+    return model
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuses to clobber work: a finished run needs ``--overwrite``, an unfinished one
+    ``--resume`` or ``--overwrite``. ``--overwrite`` empties the directory."""
+    run_dir = Path(run_dir)
+    if overwrite and run_dir.exists():
+        for child in run_dir.iterdir():
+            if child.name == ".lock":
+                continue
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        return
+    if resume:
+        return
+    if (run_dir / "report.json").exists():
+        raise RunDirError(f"{run_dir} already holds a finished run; pass --overwrite to replace "
+                          "it or --output-dir to write elsewhere")
+    if any(Checkpoints(run_dir / p / "checkpoints").epochs() for p in ("binary", "float")):
+        raise RunDirError(f"{run_dir} holds an unfinished run; pass --resume to continue it or "
+                          "--overwrite to start over")
+
+
+def _load_checkpoint(path: Path) -> keras.Model:
+    try:
+        return keras.models.load_model(path)
+    except Exception as error:  # noqa: BLE001 - any failure to read is a damaged file
+        raise RunDirError(f"checkpoint {path} cannot be read ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:160]}); delete it (and its state file) "
+                          "to resume from the previous checkpoint") from None
+
+
+class _EpochCheckpoint(keras.callbacks.Callback):
+    """Saves a complete-epoch checkpoint unless the epoch was cut short."""
+
+    def __init__(self, trainer: _Twin):
+        super().__init__()
+        self.trainer = trainer
+
+    def on_epoch_end(self, epoch, logs=None):
+        t = self.trainer
+        if t.nonfinite.where or t.signals.received is not None:
+            return
+        t.history.append({k: float(v) for k, v in (logs or {}).items()})
+        t.save_checkpoint(epoch + 1)
+
+
+class _Twin:
+    """State of one twin's training run; ``run()`` does the work."""
+
+    def __init__(self, config: Config, precision: str, run_dir: Path, data_dir=None,
+                 resume: bool = False, verbose: int | str = "auto"):
+        self.config = config
+        self.precision = precision
+        self.dir = Path(run_dir) / precision
+        self.data_dir = data_dir
+        self.resume = resume
+        self.verbose = verbose
+        self.checkpoints = Checkpoints(self.dir / "checkpoints", config.training.checkpoints_keep)
+        self.history: list[dict] = []
+        self.step_medians: list[float] = []
+        self.wall_before = 0.0
+        self.started = time.perf_counter()
+        self.timer = cb.StepTimer()
+        self.nonfinite = cb.NonFiniteStop()
+        self.signals = cb.SignalStop()
+        self.strategy = make_strategy(config)
+        self.chief = _is_chief(self.strategy)
+        self.model: keras.Model | None = None
+
+    def _datasets(self, initial_epoch: int, epochs: int) -> data_lib.Datasets:
+        d, t = self.config.dataset, self.config.training
+        return data_lib.make_datasets(
+            d.name, t.batch_size, t.seed, epochs=epochs, initial_epoch=initial_epoch,
+            validation_split=d.validation_split, augment=d.augment, limit_train=d.limit_train,
+            limit_test=d.limit_test, data_dir=self.data_dir)
+
+    def state(self) -> dict:
+        return {"history": self.history, "step_medians": self.step_medians + self.timer.epoch_medians,
+                "wall_seconds": self.wall_before + time.perf_counter() - self.started,
+                "precision": self.precision}
+
+    def save_checkpoint(self, epoch: int) -> None:
+        if self.chief:
+            self.checkpoints.save(self.model, epoch, self.state())
+
+    def _callbacks(self, test_ds) -> list:
+        from bnn.metrics import FlipRatio
+
+        cbs = [self.timer, cb.LearningRateLogger(), cb.TestEvaluation(test_ds), self.nonfinite]
+        if self.precision == "binary":
+            cbs.append(FlipRatio(every="epoch"))
+        cbs.append(_EpochCheckpoint(self))
+        if self.chief:
+            cbs.append(keras.callbacks.TensorBoard(
+                log_dir=str(self.dir), histogram_freq=self.config.training.histogram_freq,
+                write_graph=False, update_freq="epoch"))
+        cbs.append(self.signals)
+        return cbs
+
+    def run(self) -> TwinResult:
+        epochs = self.config.training.epochs
+        latest = self.checkpoints.latest() if self.resume else None
+        start = 0
+        if latest:
+            start, path, state = latest
+            self.history = list(state.get("history", []))
+            self.step_medians = list(state.get("step_medians", []))
+            self.wall_before = float(state.get("wall_seconds", 0.0))
+        data = self._datasets(start, epochs)
+        with self.strategy.scope():
+            self.model = _load_checkpoint(path) if latest else build_model(
+                self.config, self.precision, data)
+        if start < epochs:
+            if self.verbose:
+                where = f" from epoch {start}" if start else ""
+                print(f"bnn: training {self.precision} {self.config.model.name} on "
+                      f"{self.config.dataset.name}{where} -> {self.dir}", flush=True)
+            self.model.fit(
+                data.train, epochs=epochs, initial_epoch=start,
+                steps_per_epoch=data.steps_per_epoch, validation_data=data.validation,
+                callbacks=self._callbacks(data.test), verbose=self.verbose)
+        return self._finish(data)
+
+    def _finish(self, data: data_lib.Datasets) -> TwinResult:
+        if self.nonfinite.where:
+            epoch, step, loss = self.nonfinite.where
+            last = self.checkpoints.epochs()
+            kept = (f"the last good checkpoint is {self.checkpoints.model_path(last[-1])}"
+                    if last else "no checkpoint was written")
+            raise TrainingError(
+                f"{self.precision}: the loss became {loss} at epoch {epoch}, step {step}; {kept}. "
+                "Lower optimizer.learning_rate or check the data")
+        if self.signals.received is not None:
+            raise Interrupted(
+                f"{self.precision}: stopped by signal {self.signals.received} during epoch "
+                f"{self.signals.epoch + 1}; the last complete checkpoint is kept; "
+                "continue with --resume")
+        result = self.model.evaluate(data.test, verbose=0, return_dict=True)
+        medians = self.step_medians + self.timer.epoch_medians
+        median_ms = float(np.median(medians)) if medians else float("nan")
+        tests = [h["test_accuracy"] for h in self.history if "test_accuracy" in h]
+        accuracy = float(result["accuracy"])
+        twin = TwinResult(
+            precision=self.precision,
+            test_accuracy=accuracy,
+            best_test_accuracy=max(tests + [accuracy]),
+            test_loss=float(result["loss"]),
+            median_step_ms=median_ms,
+            examples_per_second=(self.config.training.batch_size / median_ms * 1e3
+                                 if math.isfinite(median_ms) else float("nan")),
+            params=int(self.model.count_params()),
+            epochs=self.config.training.epochs,
+            wall_seconds=self.wall_before + time.perf_counter() - self.started,
+            history=self.history,
+        )
+        if self.chief:
+            self._write_final(twin)
+        return twin
+
+    def _write_final(self, twin: TwinResult) -> None:
+        path = self.dir / "model.keras"
+        tmp = self.dir / ".model.keras.tmp.keras"
+        self.model.save(tmp)
+        tmp.replace(path)
+        _write_hparams(self.dir, self.config, self.precision, twin)
+
+
+def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinResult) -> None:
+    """The TensorBoard hparams dashboard entry for this twin, with its final metrics."""
+    from tensorboard.plugins.hparams import api as hp
+
+    values = {**hparams(config), "precision": precision}
+    with tf.summary.create_file_writer(str(twin_dir / "hparams")).as_default():
+        hp.hparams(values, trial_id=f"{config.name}/{precision}")
+        for key in ("test_accuracy", "best_test_accuracy", "median_step_ms", "wall_seconds"):
+            tf.summary.scalar(f"final/{key}", getattr(twin, key), step=twin.epochs)
+        tf.summary.flush()
+
+
+def train_twin(config: Config, precision: str, run_dir: Path, data_dir=None,
+               resume: bool = False, verbose: int | str = "auto") -> TwinResult:
+    """Trains (or resumes) the ``precision`` twin of ``config`` in ``run_dir/precision``."""
+    configure_runtime(config)
+    return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose).run()
+
+
+def write_config_copy(config: Config, run_dir: Path) -> None:
+    from bnn.config import dump_config
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    dump_config(config, Path(run_dir) / "config.yaml")
+
