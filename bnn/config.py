@@ -228,10 +228,11 @@ class OptimizerConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """Learning rate per epoch ``e`` (0-based) of ``E`` epochs, after ``warmup_epochs`` of linear
-    warm-up: ``constant``: ``lr``; ``cosine``: ``lr (alpha + (1 - alpha)(1 + cos(pi e / E)) / 2)``;
-    ``exponential``: ``lr * decay_rate ** e``, or, when ``final_learning_rate`` is set (it then
-    wins over ``decay_rate``), the rate that reaches it at the last epoch."""
+    """Learning rate at epoch ``e`` of ``E`` (see :class:`bnn.schedules.EpochSchedule`):
+    ``constant``: ``lr``; ``cosine``: ``lr (alpha + (1 - alpha)(1 + cos(pi e / E)) / 2)``;
+    ``exponential``: ``lr * decay_rate ** floor(e)``, where a set ``final_learning_rate`` wins
+    over ``decay_rate`` and fixes it to ``(final / lr) ** (1 / (E - 1))``. A positive
+    ``warmup_epochs`` multiplies by a linear ramp from 0 to 1 over those epochs."""
 
     name: str = _f("constant", _one_of(SCHEDULES, "schedule"))
     decay_rate: float = _f(0.96, _as_float(0.0, 1.0, low_open=True))
