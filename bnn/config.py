@@ -330,7 +330,7 @@ def _check_quantizer(value: Any, source: str, key: str) -> None:
     try:
         quantizers.get(value)
     except (TypeError, ValueError) as error:
-        raise ConfigError(source, key, f"bad quantizer arguments {_show(value)}: {error}",
+        raise ConfigError(source, key, str(error),
                           f"use the keyword arguments of bnn.quantizers.{name}") from None
 
 
@@ -493,7 +493,7 @@ def _check_override_path(parts: list[str], source: str, where: str) -> None:
         return
     known = [f.name for f in dataclasses.fields(_SECTIONS[head])]
     if len(parts) > 1 and parts[1] not in known:
-        raise ConfigError(source, where, f"unknown key {head}.{parts[1]!r}",
+        raise ConfigError(source, where, f"unknown key '{head}.{parts[1]}'",
                           _suggest(parts[1], known, "known keys"))
     if len(parts) > 2 and (head, parts[1]) != ("model", "options"):
         raise ConfigError(source, where, f"{head}.{parts[1]} is a single value, not a section",
@@ -548,9 +548,9 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Confi
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(source, where, f"YAML syntax error: {problem}",
-                          "fix the YAML there (indentation, ':' after keys, closing brackets "
-                          "and quotes)") from None
+        hint = ("keep one of them, or merge them" if problem.startswith("duplicate key") else
+                "fix the YAML there (indentation, ':' after keys, closing brackets and quotes)")
+        raise ConfigError(source, where, f"YAML syntax error: {problem}", hint) from None
     return parse_config(data, source, overrides)
 
 
