@@ -1,6 +1,7 @@
 import dataclasses
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -359,3 +360,14 @@ def test_bad_config_is_one_line_naming_file_key_and_problem(tmp_path, text, over
 
 def test_bad_config_ids_are_distinct():
     assert len({b[0] for b in BAD}) == len(BAD) >= 30
+
+
+EXPERIMENTS = sorted((Path(__file__).parent.parent / "experiments").glob("*.yaml"))
+
+
+@pytest.mark.skipif(not EXPERIMENTS, reason="no experiment files")
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=[p.stem for p in EXPERIMENTS])
+def test_shipped_experiment_files_are_valid(path):
+    config = load_config(path)
+    assert config.name == path.stem
+    assert parse_config(to_dict(config), source=str(path)) == config
