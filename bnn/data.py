@@ -152,7 +152,7 @@ def _find(name: str, folder: Path) -> Path | dict[str, Path] | None:
                 return paths
         return None
     for extracted in (folder / _CIFAR_DIR, folder / f"{_CIFAR_DIR}-target" / _CIFAR_DIR):
-        if (extracted / _CIFAR_TEST_BATCH).is_file():
+        if extracted.is_dir():
             return extracted
     path = folder / _CIFAR_TAR
     return path if path.is_file() else None
@@ -298,7 +298,7 @@ def _read_fashion(paths: dict[str, Path]) -> dict[str, np.ndarray]:
 class _ArrayUnpickler(pickle.Unpickler):
     """Unpickles CIFAR batches: dicts, lists, bytes and numpy arrays, nothing that runs code."""
 
-    _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"),
+    _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode"),
                 ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
 
     def find_class(self, module: str, name: str):
@@ -362,14 +362,14 @@ def _read_cifar_raw(path: Path) -> dict[str, tuple[str, bytes]]:
     return raw
 
 
-_CIFAR_CACHE: dict[tuple[str, int, int], dict[str, np.ndarray]] = {}
+_CIFAR_CACHE: dict[tuple, dict[str, np.ndarray]] = {}
 
 
 def _read_cifar(path: Path) -> dict[str, np.ndarray]:
-    """CIFAR-10 arrays, decoded once per process for each (file, mtime, size)."""
-    probe = path / _CIFAR_TEST_BATCH if path.is_dir() else path
-    stat = probe.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    """CIFAR-10 arrays, decoded once per process for each (path, file mtimes and sizes)."""
+    files = [path / n for n in (*_CIFAR_TRAIN_BATCHES, _CIFAR_TEST_BATCH)] if path.is_dir() else [path]
+    key = (str(path.resolve()), tuple((f.stat().st_mtime_ns, f.stat().st_size) if f.is_file() else None
+                                      for f in files))
     if key not in _CIFAR_CACHE:
         raw = _read_cifar_raw(path)
         train = [_parse_cifar_batch(*raw.pop(name)) for name in _CIFAR_TRAIN_BATCHES]
