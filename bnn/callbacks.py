@@ -49,12 +49,18 @@ class StepTimer(keras.callbacks.Callback):
 
 
 class LearningRateLogger(keras.callbacks.Callback):
-    """Adds the optimizer's current ``learning_rate`` to the epoch logs."""
+    """Adds ``learning_rate`` to the epoch logs: the rate the epoch's last step used."""
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:
-            logs["learning_rate"] = float(keras.ops.convert_to_numpy(
-                self.model.optimizer.learning_rate))
+        if logs is None:
+            return
+        optimizer = self.model.optimizer
+        schedule = getattr(optimizer, "_learning_rate", None)
+        if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+            value = schedule(max(int(optimizer.iterations.numpy()) - 1, 0))
+        else:
+            value = optimizer.learning_rate
+        logs["learning_rate"] = float(keras.ops.convert_to_numpy(value))
 
 
 class TestEvaluation(keras.callbacks.Callback):

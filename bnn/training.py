@@ -250,7 +250,7 @@ class _Twin:
             self.model.fit(
                 data.train, epochs=epochs, initial_epoch=start,
                 steps_per_epoch=data.steps_per_epoch, validation_data=data.validation,
-                callbacks=self._callbacks(data.test), verbose=self.verbose)
+                callbacks=self._callbacks(data.test), verbose=self.verbose, shuffle=False)
         return self._finish(data)
 
     def _finish(self, data: data_lib.Datasets) -> TwinResult:

@@ -1,0 +1,182 @@
+"""End-to-end: `bnn compare` on a few hundred MNIST images, its run directory, resume,
+TensorBoard logs (read back through a real TensorBoard server) and report.json."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from bnn.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
+pytestmark = pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
+                                reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
+
+TINY = {
+    "name": "tiny",
+    "dataset": {"name": "mnist", "limit_train": 400, "limit_test": 200},
+    "model": {"name": "binarynet_mlp", "options": {"hidden_units": [64, 64]}},
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "training": {"epochs": 2, "batch_size": 50, "seed": 3, "deterministic": True,
+                 "xla": False},
+}
+
+
+def write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_cli(*args) -> int:
+    return main([str(a) for a in args] + ["--data-dir", str(DATA_DIR), "--quiet"])
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """One finished `bnn compare` run shared by the tests that only read it."""
+    tmp = tmp_path_factory.mktemp("compare")
+    config = write_config(tmp / "tiny.yaml", TINY)
+    run_dir = tmp / "run"
+    assert run_cli("compare", config, "--output-dir", run_dir) == 0
+    return run_dir
+
+
+def test_compare_writes_report_with_both_twins_and_step_ratio(compared):
+    report = json.loads((compared / "report.json").read_text())
+    assert set(report) >= {"binary", "float", "step_time_ratio"}
+    for twin in ("binary", "float"):
+        r = report[twin]
+        for key in ("test_accuracy", "best_test_accuracy", "median_step_ms",
+                    "examples_per_second", "params", "epochs", "wall_seconds"):
+            assert key in r, key
+        assert 0.0 <= r["test_accuracy"] <= r["best_test_accuracy"] <= 1.0
+        assert r["epochs"] == 2 and r["median_step_ms"] > 0 and r["wall_seconds"] > 0
+    assert report["binary"]["params"] == report["float"]["params"]
+    ratio = report["binary"]["median_step_ms"] / report["float"]["median_step_ms"]
+    assert report["step_time_ratio"] == pytest.approx(ratio)
+    assert "| test accuracy (final) |" in (compared / "report.md").read_text()
+
+
+def test_short_run_on_a_few_hundred_images_beats_chance(compared):
+    report = json.loads((compared / "report.json").read_text())
+    assert report["binary"]["test_accuracy"] > 0.3  # chance is 0.1
+    assert report["float"]["test_accuracy"] > 0.3
+
+
+def test_run_directory_holds_models_checkpoints_and_config(compared):
+    for twin in ("binary", "float"):
+        assert (compared / twin / "model.keras").is_file()
+        assert sorted(p.name for p in (compared / twin / "checkpoints").glob("*.keras")) == [
+            "epoch-0001.keras", "epoch-0002.keras"]
+    assert yaml.safe_load((compared / "config.yaml").read_text())["name"] == "tiny"
+    assert not (compared / ".lock").exists()
+
+
+def scalars_from_events(run: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for events in run.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events.parent), size_guidance={"tensors": 0})
+        acc.Reload()
+        tags |= set(acc.Tags()["tensors"]) | set(acc.Tags()["scalars"])
+    return tags
+
+
+def test_tensorboard_events_hold_named_scalars_for_both_twins(compared):
+    for twin in ("binary", "float"):
+        tags = scalars_from_events(compared / twin)
+        for tag in ("epoch_loss", "epoch_accuracy", "epoch_learning_rate",
+                    "epoch_step_time_ms", "epoch_test_accuracy"):
+            assert tag in tags, (twin, tag, tags)
+    assert "epoch_flip_ratio" in scalars_from_events(compared / "binary")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_tensorboard_server_serves_both_twins_scalars(compared):
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(compared), "--host",
+         "127.0.0.1", "--port", str(port), "--load_fast", "false"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/data/plugin/scalars"
+    try:
+        deadline, tags = time.time() + 90, {}
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"{base}/tags", timeout=5) as response:
+                    tags = json.load(response)
+                if {"binary/train", "float/train"} <= set(tags):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        assert {"binary/train", "float/train"} <= set(tags), tags
+        for run in ("binary/train", "float/train"):
+            url = f"{base}/scalars?run={run.replace('/', '%2F')}&tag=epoch_accuracy"
+            with urllib.request.urlopen(url, timeout=10) as response:
+                points = json.load(response)
+            assert [p[1] for p in points] == [0, 1]
+            assert all(0.0 <= p[2] <= 1.0 for p in points)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_resume_continues_from_saved_epoch_and_matches_uninterrupted(tmp_path, compared):
+    config = write_config(tmp_path / "tiny.yaml", TINY)
+    run_dir = tmp_path / "run"
+    assert run_cli("train", config, "--output-dir", run_dir, "--set", "training.epochs=1") == 0
+    first = json.loads((run_dir / "report.json").read_text())["binary"]
+    assert first["epochs"] == 1
+    assert run_cli("train", config, "--output-dir", run_dir, "--resume") == 0
+    resumed = json.loads((run_dir / "report.json").read_text())["binary"]
+    state = json.loads((run_dir / "binary" / "checkpoints" / "state-0002.json").read_text())
+    assert resumed["epochs"] == 2 and len(state["history"]) == 2
+    uninterrupted = json.loads((compared / "report.json").read_text())["binary"]
+    assert resumed["test_accuracy"] == pytest.approx(uninterrupted["test_accuracy"], abs=1e-6)
+    assert resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"], rel=1e-5)
+
+
+def test_finished_run_is_not_overwritten_without_flag(tmp_path, compared, capsys):
+    config = write_config(tmp_path / "tiny.yaml", TINY)
+    before = (compared / "report.json").read_bytes()
+    assert run_cli("compare", config, "--output-dir", compared) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "already holds a finished run; pass --overwrite" in err[0]
+    assert (compared / "report.json").read_bytes() == before
+
+
+def test_bad_config_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
+    config = write_config(tmp_path / "bad.yaml", {**TINY, "training": {"epochs": 0}})
+    run_dir = tmp_path / "never"
+    assert run_cli("compare", config, "--output-dir", run_dir) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training.epochs" in err[0]
+    assert not run_dir.exists()
+
+
+def test_nan_loss_stops_with_epoch_and_step_and_keeps_last_checkpoint(tmp_path, capsys):
+    bad = {**TINY, "optimizer": {"name": "sgd", "learning_rate": 1e30, "momentum": 0.0},
+           "model": {"name": "binarynet_mlp",
+                     "options": {"hidden_units": [16], "kernel_quantizer": None}},
+           "training": {**TINY["training"], "epochs": 3}}
+    config = write_config(tmp_path / "nan.yaml", bad)
+    assert run_cli("train", config, "--output-dir", tmp_path / "run", "--precision", "float") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the loss became" in err[0] and "at epoch" in err[0], err
+    assert "Lower optimizer.learning_rate" in err[0]
