@@ -68,6 +68,7 @@ DISTRIBUTES = ("none", "mirrored", "multi_worker")
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _NUMBER_PATTERN = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _DEFAULT_NAME = "experiment"
+_DATASET_OPTIONS = ("input_shape", "num_classes")  # model options the trainer sets from the data
 
 
 class ConfigError(Exception):
@@ -575,16 +576,19 @@ def dump_config(config: Config, path: str | os.PathLike) -> None:
 def hparams(config: Config) -> dict[str, bool | int | float | str]:
     """Flat ``"section.key" -> scalar`` hyperparameters for the TensorBoard hparams dashboard.
 
-    Model options are listed with the builder's defaults filled in, as
-    ``model.options.<option>``; lists and mappings become JSON strings. Fields that are null
-    (e.g. ``dataset.limit_train``) are left out, since the dashboard needs one type per column.
+    Model options are listed as ``model.options.<option>`` with the builder's defaults filled
+    in, except ``input_shape`` and ``num_classes``, which the trainer takes from the dataset
+    (listed only when set); lists and mappings become JSON strings. Fields that are null (e.g.
+    ``dataset.limit_train``) are left out, since the dashboard needs one type per column.
     """
     flat: dict[str, Any] = {}
     for section in _SECTIONS:
         for key, value in dataclasses.asdict(getattr(config, section)).items():
             if key != "options":
                 flat[f"{section}.{key}"] = value
-    options = {**_builder_defaults(config.model.name), **config.model.options}
+    defaults = {key: value for key, value in _builder_defaults(config.model.name).items()
+                if key not in _DATASET_OPTIONS}
+    options = {**defaults, **config.model.options}
     for key, value in sorted(options.items()):
         flat[f"model.options.{key}"] = value
     return {key: value if isinstance(value, (bool, int, float, str)) else
