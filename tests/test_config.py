@@ -1,5 +1,6 @@
 import dataclasses
 import os
+import re
 import textwrap
 from pathlib import Path
 
@@ -373,3 +374,15 @@ def test_shipped_experiment_files_are_valid(path):
     config = load_config(path)
     assert config.name == path.stem
     assert parse_config(to_dict(config), source=str(path)) == config
+
+
+@pytest.mark.parametrize("doc", ["experiments/README.md", "docs/config.md"])
+def test_yaml_examples_in_the_docs_are_valid(doc):
+    path = Path(__file__).parent.parent / doc
+    if not path.exists():
+        pytest.skip(f"{doc} not present")
+    blocks = re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        config = parse_config(yaml.safe_load(block), source=doc)
+        assert config.optimizer.learning_rate == 3e-3
