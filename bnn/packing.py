@@ -1,0 +1,312 @@
+"""Bit packing, xor-popcount kernels, batch-norm -> threshold folding, and the packed model.
+
+A ±1 vector of length ``n`` is stored as ``ceil(n / word_bits)`` integer words: bit ``i`` of the
+vector (bit ``i % word_bits`` of word ``i // word_bits``, least significant first) is 1 where the
+value is +1 (any value >= 0) and 0 where it is -1. Bits past ``n`` in the last word are 0 in
+every packed operand, so they never count as a mismatch.
+
+For two packed ±1 vectors the dot product is exact integer arithmetic:
+``x . w = n - 2 * popcount(x XOR w)`` (matching bits contribute +1, mismatching ones -1).
+
+:class:`PackedModel` runs a chain of *stages* exported from a Keras model (see ``bnn.export``):
+each stage is a dense or convolution layer, an optional max-pooling and a batch normalization.
+Hidden stages end in ``sign`` and hand packed bits to the next stage; the batch normalization and
+sign of a stage with packed input fold into one integer threshold per channel (see
+:func:`fold_sign_threshold`), so those stages do no float math at all. The first stage (real
+inputs, binary kernel) and the last stage (batch normalization giving the logits) run in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
+           "PackedModel", "WORD_BITS"]
+
+WORD_BITS = 64
+_WORD_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
+
+
+def _words(n: int, word_bits: int = WORD_BITS) -> int:
+    return -(-n // word_bits)
+
+
+def pack_bits(a: np.ndarray, axis: int = -1, word_bits: int = WORD_BITS) -> np.ndarray:
+    """Packs ±1 values along ``axis`` into signed integer words (``int64`` for 64 bits, ``int32``
+    for 32, ``int16``, ``int8``).
+
+    Bit ``i`` (least significant first) of word ``j`` holds element ``j * word_bits + i``: 1 where
+    the element is >= 0 (+1), 0 where it is negative (-1). The axis shrinks from ``n`` to
+    ``ceil(n / word_bits)``; the last word's bits past ``n`` are 0.
+    """
+    if word_bits not in _WORD_DTYPES:
+        raise ValueError(f"word_bits must be one of {sorted(_WORD_DTYPES)}, got {word_bits!r}")
+    bits = np.moveaxis(np.asarray(a) >= 0, axis, -1)
+    n = bits.shape[-1]
+    pad = _words(n, word_bits) * word_bits - n
+    bits = np.pad(bits, [(0, 0)] * (bits.ndim - 1) + [(0, pad)])
+    packed = np.packbits(bits, axis=-1, bitorder="little")
+    dtype = np.dtype(_WORD_DTYPES[word_bits]).newbyteorder("<")
+    words = np.ascontiguousarray(packed).view(dtype).astype(_WORD_DTYPES[word_bits])
+    return np.moveaxis(words, -1, axis)
+
+
+def unpack_bits(words: np.ndarray, n: int, axis: int = -1,
+                word_bits: int = WORD_BITS) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: ``n`` float32 values ±1 along ``axis``."""
+    if word_bits not in _WORD_DTYPES:
+        raise ValueError(f"word_bits must be one of {sorted(_WORD_DTYPES)}, got {word_bits!r}")
+    w = np.moveaxis(np.asarray(words), axis, -1)
+    if w.shape[-1] != _words(n, word_bits):
+        raise ValueError(f"{w.shape[-1]} words along axis {axis} cannot hold n={n} values of "
+                         f"{word_bits} bits; expected {_words(n, word_bits)} words")
+    as_bytes = np.ascontiguousarray(w.astype(np.dtype(_WORD_DTYPES[word_bits]).newbyteorder("<")))
+    bits = np.unpackbits(as_bytes.view(np.uint8), axis=-1, bitorder="little")[..., :n]
+    return np.moveaxis(np.where(bits == 1, 1.0, -1.0).astype(np.float32), -1, axis)
+
+
+def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
+    """Exact ±1 matrix product from packed operands: ``sign(x) @ sign(w)`` as int32.
+
+    Args:
+        x_words: ``(batch, words)`` integer words, ``pack_bits(x, axis=-1)`` of ``x`` (batch, n).
+        w_words: ``(words, units)`` integer words, ``pack_bits(w, axis=0)`` of ``w`` (n, units).
+        n: the number of real bits per row (the pad bits past ``n`` must be 0 in both).
+
+    Returns:
+        ``(batch, units)`` int32, ``n - 2 * sum_k popcount(x[b, k] XOR w[k, u])``.
+    """
+    xor = tf.bitwise.bitwise_xor(x_words[:, :, None], w_words[None, :, :])
+    mismatches = tf.reduce_sum(tf.cast(tf.raw_ops.PopulationCount(x=xor), tf.int32), axis=1)
+    return n - 2 * mismatches
+
+
+def fold_sign_threshold(values: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Folds a per-channel monotone decision ``sign(f_c(a))`` over integers into a threshold.
+
+    Args:
+        values: ``(m,)`` increasing integers, every pre-activation value ``a`` that can occur.
+        positive: ``(m, channels)`` bool, ``f_c(a) >= 0`` evaluated by the source model.
+
+    Returns:
+        ``(threshold, flip)``: int32 and bool ``(channels,)`` such that for every listed ``a``
+        ``positive[a, c] == ((a >= threshold[c]) XOR flip[c])``. An increasing ``f_c``
+        (gamma > 0) gives ``flip=False``; a decreasing one (gamma < 0) gives ``flip=True``.
+
+    Raises:
+        ValueError: if some channel's decision is not monotone in ``a`` (not a sign of an affine
+            function), naming the channel.
+    """
+    values = np.asarray(values, np.int64)
+    positive = np.asarray(positive, bool)
+    thresholds = np.empty(positive.shape[1], np.int32)
+    flips = np.zeros(positive.shape[1], bool)
+    for c in range(positive.shape[1]):
+        col = positive[:, c]
+        for flip in (False, True):
+            up = col ^ flip  # must be False...False True...True
+            first = int(np.argmax(up)) if up.any() else len(up)
+            if not up[first:].all():
+                continue
+            thresholds[c] = values[first] if first < len(up) else values[-1] + 1
+            flips[c] = flip
+            break
+        else:
+            raise ValueError(f"channel {c}: sign(batch_norm(a)) is not monotone in a, so it "
+                             "cannot fold into a threshold")
+    return thresholds, flips
+
+
+def _pack_tf(bits: tf.Tensor, n: int) -> tf.Tensor:
+    """bool ``(..., n)`` -> int64 words ``(..., ceil(n/64))``, bit layout of :func:`pack_bits`."""
+    pad = _words(n) * WORD_BITS - n
+    if pad:
+        bits = tf.pad(bits, [[0, 0]] * (len(bits.shape) - 1) + [[0, pad]])
+    shape = tf.concat([tf.shape(bits)[:-1], [_words(n), WORD_BITS]], 0)
+    bits = tf.cast(tf.reshape(bits, shape), tf.int64)
+    shifts = tf.constant(np.arange(WORD_BITS), tf.int64)
+    return tf.reduce_sum(tf.bitwise.left_shift(bits, shifts), axis=-1)
+
+
+def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
+    """Keras ``padding="same"`` amounts (before, after) for one spatial axis."""
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def _patches(x: tf.Tensor, kh: int, kw: int, sh: int, sw: int) -> tf.Tensor:
+    """``(B, H, W, C)`` -> ``(B, Ho, Wo, kh*kw*C)`` valid patches, ordered (row, column, channel)
+    like a flattened ``(kh, kw, C)`` kernel."""
+    h, w = x.shape[1], x.shape[2]
+    ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
+    taps = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
+            for i in range(kh) for j in range(kw)]
+    return tf.concat(taps, axis=-1)
+
+
+class _Stage(tf.Module):
+    """One exported stage: linear op, optional max-pool, batch norm, sign or logits."""
+
+    def __init__(self, spec: dict[str, Any], arrays: dict[str, np.ndarray]):
+        super().__init__(name=None)
+        self.spec = spec
+        self.op, self.packed_in = spec["op"], spec["input"] == "packed"
+        self.in_shape = tuple(spec["input_shape"])
+        self.units = int(spec["units"])
+        self.pool = tuple(spec["pool"]) if spec.get("pool") else None
+        self.output = spec["output"]
+
+        def const(key, dtype):
+            return tf.Variable(np.asarray(arrays[key]), dtype=dtype, trainable=False, name=key)
+
+        if self.packed_in:
+            self.kernel = const("kernel", tf.int64)
+        else:  # real inputs: the ±1 kernel, stored packed along its input axis, as float32
+            n = int(np.prod(self.in_shape)) if self.op == "dense" else self.in_shape[-1]
+            axis = 0 if self.op == "dense" else 2
+            self.kernel = tf.Variable(unpack_bits(arrays["kernel"], n, axis=axis),
+                                      trainable=False, name="kernel")
+        self.bias = const("bias", tf.float32) if "bias" in arrays else None
+        if self.output == "bits" and self.packed_in:
+            self.threshold = const("threshold", tf.int32)
+            self.flip = const("flip", tf.int64)
+        else:
+            self.eps = float(spec["bn_epsilon"])
+            self.mean = const("bn_mean", tf.float32)
+            self.variance = const("bn_variance", tf.float32)
+            self.gamma = const("bn_gamma", tf.float32) if "bn_gamma" in arrays else None
+            self.beta = const("bn_beta", tf.float32) if "bn_beta" in arrays else None
+        if self.op == "conv2d":
+            self.kh, self.kw = spec["kernel_size"]
+            self.sh, self.sw = spec["strides"]
+            self.pad_value = float(spec["pad_value"])
+            h, w = self.in_shape[0], self.in_shape[1]
+            if spec["padding"] == "same":
+                self.pads = [[0, 0], list(_same_pads(h, self.kh, self.sh)),
+                             list(_same_pads(w, self.kw, self.sw)), [0, 0]]
+            else:
+                self.pads = [[0, 0]] * 4
+            self.corr = self.pad_mask = None
+            if self.packed_in and any(p for pair in self.pads for p in pair):
+                self._padding_constants(arrays)
+
+    def _padding_constants(self, arrays):
+        """Packed-input padding: -1 padding is 0 bits; +1 padding ORs in a word mask of the real
+        channel bits at padded positions; 0 padding pads -1 bits and adds back the sum of the
+        kernel taps that fall in the padding (per output position and channel)."""
+        h, w, c = self.in_shape
+        inside = np.zeros((1, h + sum(self.pads[1]), w + sum(self.pads[2]), 1), np.float32)
+        inside[:, self.pads[1][0]:self.pads[1][0] + h, self.pads[2][0]:self.pads[2][0] + w] = 1
+        if self.pad_value == 1.0:
+            mask = pack_bits(np.ones(c))  # real channel bits set, pad bits clear
+            self.pad_mask = tf.constant(np.where(inside > 0, 0, 1).astype(np.int64) * mask)
+        elif self.pad_value == 0.0:
+            kernel = unpack_bits(arrays["kernel"].reshape(self.kh, self.kw, -1, self.units),
+                                 c, axis=2)
+            outside = np.broadcast_to(1 - inside, inside.shape[:3] + (c,))
+            corr = tf.nn.conv2d(outside, kernel, [1, self.sh, self.sw, 1], "VALID")
+            self.corr = tf.constant(np.rint(corr.numpy()[0]).astype(np.int32))
+
+    def _linear(self, x: tf.Tensor) -> tf.Tensor:
+        """Pre-activation: int32 for packed input, float32 for real input."""
+        if self.op == "dense":
+            x = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
+            if self.packed_in:
+                return xor_popcount_matmul(x, self.kernel, int(np.prod(self.in_shape)))
+            return tf.matmul(x, self.kernel)
+        if not self.packed_in:
+            if self.pad_value != 0.0:
+                x = tf.pad(x, self.pads, constant_values=self.pad_value)
+            padding = "VALID" if self.pad_value != 0.0 else self.spec["padding"].upper()
+            return tf.nn.conv2d(x, self.kernel, [1, self.sh, self.sw, 1], padding)
+        x = tf.pad(x, self.pads)
+        if self.pad_mask is not None:
+            x = tf.bitwise.bitwise_or(x, self.pad_mask)
+        patches = _patches(x, self.kh, self.kw, self.sh, self.sw)
+        ho, wo = patches.shape[1], patches.shape[2]
+        dots = xor_popcount_matmul(tf.reshape(patches, [-1, patches.shape[-1]]), self.kernel,
+                                   self.kh * self.kw * self.in_shape[-1])
+        dots = tf.reshape(dots, [-1, ho, wo, self.units])
+        return dots if self.corr is None else dots + self.corr
+
+    def _pool_or(self, words: tf.Tensor) -> tf.Tensor:
+        """Max-pool of bits ``[a >= t]`` is the OR of the bits (windows of size = stride)."""
+        ph, pw = self.pool
+        ho, wo = words.shape[1] // ph, words.shape[2] // pw
+        out = None
+        for i in range(ph):
+            for j in range(pw):
+                tap = words[:, i:i + (ho - 1) * ph + 1:ph, j:j + (wo - 1) * pw + 1:pw, :]
+                out = tap if out is None else tf.bitwise.bitwise_or(out, tap)
+        return out
+
+    def _norm(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.nn.batch_normalization(x, self.mean, self.variance, self.beta, self.gamma,
+                                         self.eps)
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        if self.spec.get("binarize_input"):
+            x = tf.where(x >= 0, 1.0, -1.0)
+        a = self._linear(x)
+        if self.packed_in and self.output == "bits":
+            words = _pack_tf(a >= self.threshold, self.units)
+            if self.pool:
+                words = self._pool_or(words)
+            return tf.bitwise.bitwise_xor(words, self.flip)
+        a = tf.cast(a, tf.float32)
+        if self.bias is not None:
+            a = a + self.bias
+        if self.pool:
+            a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
+        y = self._norm(a)
+        return _pack_tf(y >= 0, self.units) if self.output == "bits" else y
+
+
+class PackedModel(tf.Module):
+    """A compiled TensorFlow inference graph over exported stages (see the module docstring).
+
+    Args:
+        stages: stage specs (the ``"stages"`` of an export manifest).
+        arrays: per stage, its named arrays (kernels, thresholds, batch-norm parameters).
+        input_shape: the shape of one input example, without the batch axis.
+    """
+
+    def __init__(self, stages: Sequence[dict[str, Any]],
+                 arrays: Sequence[dict[str, np.ndarray]], input_shape: Sequence[int]):
+        super().__init__(name="packed_model")
+        self.input_shape = tuple(int(d) for d in input_shape)
+        self.stages = [_Stage(spec, arr) for spec, arr in zip(stages, arrays)]
+        self._call = tf.function(
+            self._forward, jit_compile=True,
+            input_signature=[tf.TensorSpec([None, *self.input_shape], tf.float32)])
+        self.serve = tf.function(
+            self._forward,
+            input_signature=[tf.TensorSpec([None, *self.input_shape], tf.float32)])
+
+    def _forward(self, x: tf.Tensor) -> tf.Tensor:
+        for stage in self.stages:
+            x = stage(x)
+        return x
+
+    def __call__(self, x) -> tf.Tensor:
+        """float32 logits ``(batch, classes)`` for a batch of normalized inputs."""
+        return self._call(tf.convert_to_tensor(x, tf.float32))
+
+    def predict(self, x, batch_size: int = 256) -> np.ndarray:
+        """Logits for ``x`` (numpy or tensor), computed ``batch_size`` examples at a time."""
+        x = np.asarray(x, np.float32)
+        if x.shape[1:] != self.input_shape:
+            raise ValueError(f"inputs have shape {x.shape[1:]} per example but the packed model "
+                             f"expects {self.input_shape}; reshape or normalize the data first")
+        parts = [self(x[i:i + batch_size]).numpy() for i in range(0, len(x), batch_size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.stages[-1].units), np.float32)
+
+    def save_savedmodel(self, path: str) -> None:
+        """Writes a TensorFlow SavedModel whose ``serving_default`` signature maps float32
+        inputs ``(batch, *input_shape)`` to logits."""
+        tf.saved_model.save(self, str(path),
+                            signatures={"serving_default": self.serve.get_concrete_function()})
