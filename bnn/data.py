@@ -376,7 +376,8 @@ def _read_cifar(path: Path) -> dict[str, np.ndarray]:
         x_test, y_test = _parse_cifar_batch(*raw.pop(_CIFAR_TEST_BATCH))
         _CIFAR_CACHE.clear()  # one copy at a time: 180 MB each
         _CIFAR_CACHE[key] = {
-            "x_train": np.concatenate([x for x, _ in train]), "y_train": np.concatenate([y for _, y in train]),
+            "x_train": np.concatenate([x for x, _ in train]),
+            "y_train": np.concatenate([y for _, y in train]),
             "x_test": np.ascontiguousarray(x_test), "y_test": y_test,
         }
     return _CIFAR_CACHE[key]
@@ -461,7 +462,8 @@ def _train_dataset(name: str, x: np.ndarray, y: np.ndarray, batch_size: int, ste
     def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
         order = tf.numpy_function(permutation, [epoch], tf.int64, stateful=False)
         order = tf.ensure_shape(order, [steps, batch_size])
-        return tf.data.Dataset.from_tensor_slices((tf.fill([steps], epoch), tf.range(steps, dtype=tf.int64), order))
+        step = tf.range(steps, dtype=tf.int64)
+        return tf.data.Dataset.from_tensor_slices((tf.fill([steps], epoch), step, order))
 
     def load(epoch: tf.Tensor, step: tf.Tensor, index: tf.Tensor):
         xb = tf.gather(x_all, index)

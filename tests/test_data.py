@@ -515,7 +515,7 @@ def test_keras_fit_with_initial_epoch_consumes_each_epoch_once(tmp_path):
     inputs = keras.Input((28, 28, 1))
     model = Recorder(inputs, keras.layers.Flatten()(inputs))
     model.compile(run_eagerly=True)
-    model.fit(d.train, epochs=3, initial_epoch=1, steps_per_epoch=d.steps_per_epoch, verbose=0)
+    model.fit(d.train, epochs=3, initial_epoch=1, steps_per_epoch=d.steps_per_epoch, shuffle=False, verbose=0)
     assert len(seen) == 2 * d.steps_per_epoch
     for got, want in zip(seen, expected):
         np.testing.assert_array_equal(got, want)
