@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
     from bnn.rundir import RunLock
 
     config = load_config(args.config, args.overrides)
-    precisions = precisions or [getattr(config.model, "precision", "binary")]
+    precisions = precisions or [config.model.precision]
     run_dir = Path(args.output_dir or config.output_dir)
     with RunLock(run_dir):
         training.prepare_run_dir(run_dir, args.resume, args.overwrite)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import inspect
 import json
 import math
 import os
@@ -33,6 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from bnn import models, quantizers
+from bnn.layers import PRECISIONS
 
 __all__ = [
     "ConfigError",
@@ -202,9 +202,11 @@ def _model_options(value: Any, source: str, key: str) -> dict:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """An architecture from :func:`bnn.models.names` and keyword options of its builder."""
+    """An architecture from :func:`bnn.models.names`, the precision that `bnn train` uses
+    (`bnn compare` trains both), and keyword options of its builder."""
 
     name: str = _f("binarynet_mlp", _one_of(models.names(), "model"))
+    precision: str = _f("binary", _one_of(PRECISIONS, "precision"))
     options: dict = _f({}, _model_options)
 
 
@@ -315,9 +317,8 @@ def _parse_section(cls: type, data: Any, source: str, section: str) -> Any:
 
 
 def _builder_defaults(model: str) -> dict[str, Any]:
-    """Defaults of the keyword options of builder ``bnn.models.<model>``."""
-    parameters = inspect.signature(getattr(models, model)).parameters
-    return {name: parameters[name].default for name in models.option_names(model)}
+    """Defaults of the keyword options of architecture ``model``."""
+    return models.option_defaults(model)
 
 
 def _check_quantizer(value: Any, source: str, key: str) -> None:

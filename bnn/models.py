@@ -15,7 +15,8 @@ import keras
 
 from bnn.layers import PRECISIONS, BinaryConv2D, BinaryDense
 
-__all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names", "option_names"]
+__all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names", "option_names",
+           "option_defaults"]
 
 
 def _check_precision(precision: str) -> None:
@@ -170,6 +171,12 @@ def option_names(name: str) -> list[str]:
     if name not in _BUILDERS:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(names())}")
     return sorted(set(inspect.signature(_BUILDERS[name]).parameters) - {"precision", "name"})
+
+
+def option_defaults(name: str) -> dict[str, Any]:
+    """``{option: default}`` for the keyword options of architecture ``name``."""
+    parameters = inspect.signature(_BUILDERS[name]).parameters if name in _BUILDERS else {}
+    return {option: parameters[option].default for option in option_names(name)}
 
 
 def build(name: str, precision: str = "binary", **options: Any) -> keras.Model:

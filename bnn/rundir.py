@@ -9,6 +9,7 @@ Layout::
       <precision>/              one per twin ("binary", "float"): TensorBoard events, and
         model.keras             the final model
         checkpoints/epoch-0003.keras, state-0003.json   the last ``keep`` complete epochs
+        checkpoints/interrupted.keras, interrupted.json  a run stopped by SIGINT/SIGTERM mid-epoch
 """
 
 from __future__ import annotations
@@ -66,10 +67,16 @@ class Checkpoints:
     def state_path(self, epoch: int) -> Path:
         return self.directory / f"state-{epoch:04d}.json"
 
-    def save(self, model, epoch: int, state: dict) -> Path:
-        """Saves the model after ``epoch`` epochs atomically, then prunes to the last ``keep``."""
+    @property
+    def interrupted_model_path(self) -> Path:
+        return self.directory / "interrupted.keras"
+
+    @property
+    def interrupted_state_path(self) -> Path:
+        return self.directory / "interrupted.json"
+
+    def _save_model(self, model, path: Path) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.model_path(epoch)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".keras", dir=self.directory)
         os.close(fd)
         try:
@@ -80,11 +87,27 @@ class Checkpoints:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def save(self, model, epoch: int, state: dict) -> Path:
+        """Saves the model after ``epoch`` complete epochs atomically, prunes to the last
+        ``keep`` and drops an older mid-epoch checkpoint."""
+        path = self.model_path(epoch)
+        self._save_model(model, path)
         write_json(self.state_path(epoch), {**state, "epoch": epoch})
         for old in self.epochs()[: -self.keep]:
             self.state_path(old).unlink(missing_ok=True)
             self.model_path(old).unlink(missing_ok=True)
+        self.interrupted_state_path.unlink(missing_ok=True)
+        self.interrupted_model_path.unlink(missing_ok=True)
         return path
+
+    def save_interrupted(self, model, epoch: int, batches_done: int, state: dict) -> Path:
+        """Saves a run stopped after ``batches_done`` batches of epoch ``epoch + 1`` (``epoch``
+        complete epochs before it)."""
+        self._save_model(model, self.interrupted_model_path)
+        write_json(self.interrupted_state_path,
+                   {**state, "epoch": epoch, "batches_done": batches_done})
+        return self.interrupted_model_path
 
     def epochs(self) -> list[int]:
         """Epochs with a complete checkpoint (model and state), ascending."""
@@ -94,20 +117,29 @@ class Checkpoints:
         return sorted(e for e in found if self.state_path(e).exists())
 
     def latest(self) -> tuple[int, Path, dict] | None:
-        """``(epoch, model_path, state)`` of the newest complete checkpoint, or None."""
+        """``(epoch, model_path, state)`` of the newest checkpoint, or None. A mid-epoch
+        checkpoint newer than the last complete epoch wins; its state has ``batches_done``."""
         epochs = self.epochs()
+        if self.interrupted_state_path.exists() and self.interrupted_model_path.exists():
+            state = self._read_state(self.interrupted_state_path)
+            if not epochs or state.get("epoch", -1) >= epochs[-1]:
+                return int(state["epoch"]), self.interrupted_model_path, state
         if not epochs:
             return None
         epoch = epochs[-1]
-        state_path = self.state_path(epoch)
+        return epoch, self.model_path(epoch), self._read_state(self.state_path(epoch))
+
+    @staticmethod
+    def _read_state(state_path: Path) -> dict:
         try:
             state = json.loads(state_path.read_text())
-        except (OSError, ValueError) as error:
+            int(state["epoch"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
             raise RunDirError(
-                f"checkpoint state {state_path} is damaged ({error}); delete it to resume from "
-                "the previous checkpoint"
+                f"checkpoint state {state_path} is damaged ({type(error).__name__}: {error}); "
+                "delete it to resume from the previous checkpoint"
             ) from None
-        return epoch, self.model_path(epoch), state
+        return state
 
 
 def _pid_alive(pid: int) -> bool:

@@ -170,7 +170,10 @@ class _EpochCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         t = self.trainer
-        if t.nonfinite.where or t.signals.received is not None:
+        if t.nonfinite.where:
+            return
+        if t.signals.received is not None:
+            t.save_interrupted(epoch, t.skipped + t.signals.batches_done)
             return
         t.history.append({k: float(v) for k, v in (logs or {}).items()})
         t.save_checkpoint(epoch + 1)
@@ -198,6 +201,7 @@ class _Twin:
         self.strategy = make_strategy(config)
         self.chief = _is_chief(self.strategy)
         self.model: keras.Model | None = None
+        self.skipped = 0  # batches of the current epoch done before a mid-epoch resume
 
     def _datasets(self, initial_epoch: int, epochs: int) -> data_lib.Datasets:
         d, t = self.config.dataset, self.config.training
@@ -214,6 +218,10 @@ class _Twin:
     def save_checkpoint(self, epoch: int) -> None:
         if self.chief:
             self.checkpoints.save(self.model, epoch, self.state())
+
+    def save_interrupted(self, epoch: int, batches_done: int) -> None:
+        if self.chief:
+            self.checkpoints.save_interrupted(self.model, epoch, batches_done, self.state())
 
     def _callbacks(self, test_ds) -> list:
         from bnn.metrics import FlipRatio
@@ -232,9 +240,10 @@ class _Twin:
     def run(self) -> TwinResult:
         epochs = self.config.training.epochs
         latest = self.checkpoints.latest() if self.resume else None
-        start = 0
+        start, self.skipped = 0, 0
         if latest:
             start, path, state = latest
+            self.skipped = int(state.get("batches_done", 0))
             self.history = list(state.get("history", []))
             self.step_medians = list(state.get("step_medians", []))
             self.wall_before = float(state.get("wall_seconds", 0.0))
@@ -242,16 +251,30 @@ class _Twin:
         with self.strategy.scope():
             self.model = _load_checkpoint(path) if latest else build_model(
                 self.config, self.precision, data)
-        if start < epochs:
-            if self.verbose:
-                where = f" from epoch {start}" if start else ""
-                print(f"bnn: training {self.precision} {self.config.model.name} on "
-                      f"{self.config.dataset.name}{where} -> {self.dir}", flush=True)
-            self.model.fit(
-                data.train, epochs=epochs, initial_epoch=start,
-                steps_per_epoch=data.steps_per_epoch, validation_data=data.validation,
-                callbacks=self._callbacks(data.test), verbose=self.verbose, shuffle=False)
+        if start < epochs and self.verbose:
+            where = f" from epoch {start + 1}" if latest else ""
+            print(f"bnn: training {self.precision} {self.config.model.name} on "
+                  f"{self.config.dataset.name}{where} -> {self.dir}", flush=True)
+        callbacks = self._callbacks(data.test)
+        if self.skipped and start < epochs:
+            # finish the epoch a signal cut short: the same batches, minus those already done
+            rest = self._datasets(start, start + 1)
+            self._fit(rest.train.skip(self.skipped), start, start + 1,
+                      rest.steps_per_epoch - self.skipped, data, callbacks)
+            self.skipped = 0
+            start += 1
+            data = self._datasets(start, epochs)
+        if start < epochs and not self._stopped():
+            self._fit(data.train, start, epochs, data.steps_per_epoch, data, callbacks)
         return self._finish(data)
+
+    def _stopped(self) -> bool:
+        return bool(self.nonfinite.where) or self.signals.received is not None
+
+    def _fit(self, train, initial_epoch, epochs, steps, data, callbacks) -> None:
+        self.model.fit(train, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps,
+                       validation_data=data.validation, callbacks=callbacks,
+                       verbose=self.verbose, shuffle=False)
 
     def _finish(self, data: data_lib.Datasets) -> TwinResult:
         if self.nonfinite.where:
@@ -265,7 +288,7 @@ class _Twin:
         if self.signals.received is not None:
             raise Interrupted(
                 f"{self.precision}: stopped by signal {self.signals.received} during epoch "
-                f"{self.signals.epoch + 1}; the last complete checkpoint is kept; "
+                f"{self.signals.epoch + 1} and saved {self.checkpoints.interrupted_model_path}; "
                 "continue with --resume")
         result = self.model.evaluate(data.test, verbose=0, return_dict=True)
         medians = self.step_medians + self.timer.epoch_medians
