@@ -1,0 +1,181 @@
+"""Export to .bnn and packed inference reproduce the Keras model; bad files fail loudly."""
+
+import json
+import struct
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bnn import models
+from bnn.export import (FORMAT_VERSION, ExportError, evaluate, export_model, load_any,
+                        load_packed)
+from bnn.layers import BinaryConv2D, BinaryDense
+
+
+def _randomize_norms(model, rng):
+    """Random moving statistics, offsets and gammas (about a third negative, one zero)."""
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            c = layer.moving_mean.shape[0]
+            layer.moving_mean.assign(rng.normal(0, 4, c))
+            layer.moving_variance.assign(rng.uniform(0.5, 30, c))
+            if layer.scale:
+                gamma = rng.normal(0.3, 1, c)
+                gamma[0] = 0.0
+                layer.gamma.assign(gamma)
+            if layer.center:
+                layer.beta.assign(rng.normal(0, 1, c))
+    return model
+
+
+def _small(name):
+    rng = np.random.default_rng(len(name))
+    if name == "mlp":
+        model = models.build("binarynet_mlp", hidden_units=(64, 64), input_shape=(28, 28, 1))
+    elif name == "vgg":
+        model = models.build("vgg_small", input_shape=(16, 16, 3), filters=(8, 8, 16, 16, 32, 32),
+                             dense_units=(64, 64))
+    else:  # Keras zero padding, strides, 'valid' padding, biases, >64 channels, input sign
+        model = keras.Sequential([
+            keras.Input((12, 12, 3)),
+            BinaryConv2D(70, 3, padding="same", pad_values=0.0, input_quantizer="ste_sign",
+                         name="c0"),
+            keras.layers.BatchNormalization(name="b0"),
+            BinaryConv2D(20, 3, strides=2, padding="same", pad_values=0.0, use_bias=True,
+                         name="c1"),
+            keras.layers.BatchNormalization(name="b1"),
+            BinaryConv2D(9, 2, padding="valid", name="c2"),
+            keras.layers.MaxPooling2D(2, name="p2"),
+            keras.layers.BatchNormalization(name="b2"),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(0.3),
+            BinaryDense(5, name="out"),
+            keras.layers.BatchNormalization(scale=False, name="b_out"),
+        ])
+        for layer in model.layers:
+            if getattr(layer, "bias", None) is not None and not isinstance(
+                    layer, keras.layers.BatchNormalization):
+                layer.bias.assign(rng.normal(0, 2, layer.bias.shape))
+    return _randomize_norms(model, rng)
+
+
+@pytest.fixture(scope="module", params=["mlp", "vgg", "zero_pad"])
+def exported(request, tmp_path_factory):
+    model = _small(request.param)
+    path = tmp_path_factory.mktemp("export") / f"{request.param}.bnn"
+    summary = export_model(model, path)
+    x = np.random.default_rng(7).uniform(-1, 1, (64, *model.inputs[0].shape[1:]))
+    return model, path, summary, x.astype(np.float32)
+
+
+def test_packed_model_reproduces_keras_logits_and_classes(exported):
+    model, path, _, x = exported
+    expected = model(x, training=False).numpy()
+    got = load_packed(path).predict(x, batch_size=len(x))  # one XLA compilation
+    np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_export_summary_describes_the_file(exported):
+    model, path, summary, _ = exported
+    assert summary["bytes"] == path.stat().st_size
+    assert summary["float32_bytes"] == 4 * model.count_params()
+    assert summary["bytes"] < summary["float32_bytes"]
+    binary = [layer.name for layer in model.layers if isinstance(layer, (BinaryDense,
+                                                                         BinaryConv2D))]
+    assert [s["layer"] for s in summary["stages"]] == binary
+    assert summary["stages"][-1]["output"] == "logits"
+
+
+def test_mlp_file_is_over_20x_smaller_than_float32_weights(tmp_path):
+    model = models.build("binarynet_mlp", hidden_units=(512, 512))
+    summary = export_model(model, tmp_path / "m.bnn")
+    assert summary["compression"] > 20
+
+
+def test_savedmodel_serves_the_same_logits(exported, tmp_path):
+    model, path, _, x = exported
+    load_packed(path).save_savedmodel(tmp_path / "saved")
+    served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
+    (out,) = served(tf.constant(x)).values()
+    np.testing.assert_allclose(out.numpy(), model(x, training=False).numpy(), rtol=1e-5,
+                               atol=1e-4)
+
+
+def test_run_directory_export_and_evaluate_agree_with_keras(tmp_path):
+    model = _small("mlp")
+    (tmp_path / "binary").mkdir()
+    model.save(tmp_path / "binary" / "model.keras")
+    export_model(tmp_path, tmp_path / "m.bnn")
+    x = np.random.default_rng(3).uniform(-1, 1, (50, 28, 28, 1)).astype(np.float32)
+    y = model(x, training=False).numpy().argmax(-1)
+    y[:10] = (y[:10] + 1) % 10  # 40 of 50 labels agree with the model
+    packed = evaluate(tmp_path / "m.bnn", x, y, batch_size=50)
+    keras_result = evaluate(tmp_path / "binary" / "model.keras", x, y, batch_size=50)
+    assert packed["accuracy"] == keras_result["accuracy"] == 0.8
+    assert packed["examples"] == 50 and packed["examples_per_second"] > 0
+    np.testing.assert_allclose(load_any(tmp_path / "m.bnn").predict(x, batch_size=50),
+                               model(x, training=False).numpy(), rtol=1e-5, atol=1e-4)
+
+
+def _corrupt(path, tmp_path, how):
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "flipped byte":
+        data[len(data) // 2] ^= 0x10
+    elif how == "wrong version":
+        struct.pack_into("<I", data, 8, FORMAT_VERSION + 1)
+    elif how == "wrong magic":
+        data[:8] = b"NOTABNN!"
+    bad = tmp_path / "bad.bnn"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.mark.parametrize("how, message", [("truncated", "checksum mismatch"),
+                                          ("flipped byte", "checksum mismatch"),
+                                          ("wrong version", "format version 2"),
+                                          ("wrong magic", "bad magic")])
+def test_damaged_files_raise_export_error(exported, tmp_path, how, message):
+    _, path, _, _ = exported
+    bad = _corrupt(path, tmp_path, how)
+    with pytest.raises(ExportError, match=message) as error:
+        load_packed(bad)
+    assert str(bad) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_tiny_file_and_missing_file_raise_export_error(tmp_path):
+    (tmp_path / "tiny.bnn").write_bytes(b"BNN")
+    with pytest.raises(ExportError, match="truncated"):
+        load_packed(tmp_path / "tiny.bnn")
+    with pytest.raises(ExportError, match="cannot read"):
+        load_packed(tmp_path / "missing.bnn")
+    with pytest.raises(ExportError, match="unknown model file type"):
+        load_any(tmp_path / "model.h5")
+
+
+def test_manifest_lists_every_array_with_its_size(exported):
+    _, path, _, _ = exported
+    data = path.read_bytes()
+    length = struct.unpack_from("<Q", data, 12)[0]
+    manifest = json.loads(data[20:20 + length])
+    assert manifest["blob_bytes"] == len(data) - 20 - length - 32
+    assert sum(entry["nbytes"] for entry in manifest["arrays"]) == manifest["blob_bytes"]
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: models.build("binarynet_mlp", "float", hidden_units=(8,)), "'dense0'.*float twin"),
+    (lambda: models.build("binarynet_mlp", hidden_units=(8,), kernel_quantizer="approx_sign"),
+     "'dense0'.*kernel_quantizer"),
+    (lambda: models.build("binary_resnet", stages=(8,), blocks_per_stage=1),
+     "not a keras.Sequential"),
+    (lambda: keras.Sequential([keras.Input((4,)), BinaryDense(3, input_quantizer=None),
+                               keras.layers.Dense(2)]), "not followed by BatchNormalization"),
+])
+def test_unsupported_models_raise_export_error_naming_the_problem(tmp_path, build, message):
+    with pytest.raises(ExportError, match=message):
+        export_model(build(), tmp_path / "x.bnn")
+    assert not (tmp_path / "x.bnn").exists()
