@@ -78,3 +78,18 @@ def test_callback_inside_fit_writes_flip_ratio_into_history(every):
     assert len(callback.history) == (2 if every == "epoch" else 8)
     if every == "batch":
         assert ratios[0] == pytest.approx(np.mean([h["flip_ratio"] for h in callback.history[:4]]))
+
+
+def test_tensorboard_after_the_callback_logs_the_flip_ratios(tmp_path):
+    import tensorflow as tf
+
+    model = models.binarynet_mlp(input_shape=(4,), hidden_units=(8,), num_classes=2)
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(2).normal(size=(32, 4)).astype("float32")
+    model.fit(x, (x[:, 0] > 0).astype("int32"), epochs=1, verbose=0,
+              callbacks=[FlipRatio(), keras.callbacks.TensorBoard(str(tmp_path))])
+    tags = {value.tag for path in (tmp_path / "train").iterdir()
+            for event in tf.compat.v1.train.summary_iterator(str(path))
+            for value in event.summary.value}
+    assert {"epoch_flip_ratio", "epoch_flip_ratio/dense0", "epoch_flip_ratio/dense_out"} <= tags
