@@ -204,9 +204,12 @@ class _Twin:
         self.skipped = 0  # batches of the current epoch done before a mid-epoch resume
 
     def _datasets(self, initial_epoch: int, epochs: int) -> data_lib.Datasets:
+        """Pipelines for epochs ``[initial_epoch, epochs)``; when nothing is left to train
+        (a finished twin), those of the last epoch, for the test set."""
         d, t = self.config.dataset, self.config.training
         return data_lib.make_datasets(
-            d.name, t.batch_size, t.seed, epochs=epochs, initial_epoch=initial_epoch,
+            d.name, t.batch_size, t.seed, epochs=epochs,
+            initial_epoch=min(initial_epoch, epochs - 1),
             validation_split=d.validation_split, augment=d.augment, limit_train=d.limit_train,
             limit_test=d.limit_test, data_dir=self.data_dir)
 
