@@ -194,3 +194,21 @@ def test_make_optimizer_on_a_float_twin_routes_everything_to_adam():
 def test_make_optimizer_errors_name_the_problem(call, message):
     with pytest.raises(ValueError, match=message):
         call(tiny_mlp())
+
+
+def test_routed_bop_trains_under_mirrored_strategy():
+    devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    if len(devices) < 2:
+        pytest.skip("needs 2 logical CPU devices, configured in conftest before TF starts")
+    keras.utils.set_random_seed(0)
+    with tf.distribute.MirroredStrategy(devices[:2]).scope():
+        model = tiny_mlp()
+        model.compile(optimizer=make_optimizer("bop", model, 1e-2, threshold=1e-6, gamma=1e-2),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.get_layer("dense1").kernel.numpy()
+    x, y = learnable_data(256)
+    losses = model.fit(x, y, epochs=3, batch_size=64, verbose=0).history["loss"]
+    after = model.get_layer("dense1").kernel.numpy()
+    assert losses[-1] < losses[0]
+    np.testing.assert_array_equal(np.abs(after), np.abs(before))  # Bop: sign flips only
+    assert (np.sign(after) != np.sign(before)).any()
