@@ -1,0 +1,277 @@
+"""Training-step timing: a binary model against its float twin, interleaved, in one process.
+
+For each model and each XLA setting, :func:`run` builds the binary model and its float twin with
+:func:`bnn.models.build`, compiles both the same way (Adam, sparse cross-entropy on logits,
+``jit_compile`` on or off), and trains them on one fixed synthetic batch of the dataset's shape
+through ``model.train_on_batch`` -- the compiled train function that ``fit`` runs. Each step is
+synchronised by fetching its loss. After warm-up steps (tracing and compilation, not timed) it
+times blocks of ``steps_per_block`` steps, alternating binary, float, float, binary, ... so that
+slow drifts in machine load hit both twins alike. It reports, per twin:
+
+* ``*_ms``: median over blocks of the block's mean step time, in milliseconds;
+* ``*_examples_per_second``: ``batch_size / (ms / 1000)``;
+* ``ratio``: median over block pairs of ``binary block time / float block time`` (below 1 means
+  the binary step is faster). Paired ratios are what to trust on a shared, noisy machine.
+
+``bnn bench`` and ``benchmarks/step_time.py`` call :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from typing import Any, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bnn import models as models_lib
+
+__all__ = ["run", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
+
+DEFAULT_BATCH_SIZES: dict[str, int] = {"binarynet_mlp": 100, "vgg_small": 50, "binary_resnet": 50}
+
+# Small versions of each architecture for --quick (a smoke test of the harness, not a measurement).
+_QUICK_OPTIONS: dict[str, dict[str, Any]] = {
+    "binarynet_mlp": dict(input_shape=(8, 8, 1), hidden_units=(32, 32)),
+    "vgg_small": dict(input_shape=(8, 8, 3), filters=(4, 4, 8, 8, 8, 8), dense_units=(16, 16)),
+    "binary_resnet": dict(input_shape=(8, 8, 3), stages=(4, 8), blocks_per_stage=1),
+}
+_QUICK_BATCH = 8
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, logical cores, accelerators, TensorFlow and Keras versions, UTC date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    gpus = tf.config.list_physical_devices("GPU")
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "device": "GPU" if gpus else "CPU",
+        "gpus": [gpu.name for gpu in gpus],
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _compiled_twin(name: str, precision: str, options: dict[str, Any], xla: bool) -> keras.Model:
+    model = models_lib.build(name, precision, **options)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=xla)
+    return model
+
+
+def _time_block(model: keras.Model, x: np.ndarray, y: np.ndarray, steps: int) -> float:
+    """Mean seconds per train step over ``steps`` steps; each step waits for its loss."""
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = model.train_on_batch(x, y)
+    elapsed = time.perf_counter() - start
+    if not math.isfinite(float(np.asarray(loss).ravel()[0])):
+        raise RuntimeError(f"{model.name}: the training loss became {loss}; the timing is void")
+    return elapsed / steps
+
+
+def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blocks: int,
+             steps_per_block: int, warmup_steps: int, seed: int) -> dict[str, Any]:
+    keras.utils.set_random_seed(seed)
+    twins = {p: _compiled_twin(name, p, options, xla) for p in ("binary", "float")}
+    input_shape = tuple(twins["binary"].input_shape[1:])
+    num_classes = int(twins["binary"].output_shape[-1])
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch_size, *input_shape), dtype=np.float32)
+    y = rng.integers(0, num_classes, size=(batch_size,))
+    for model in twins.values():
+        _time_block(model, x, y, warmup_steps)
+    times: dict[str, list[float]] = {"binary": [], "float": []}
+    for block in range(blocks):
+        order = ("binary", "float") if block % 2 == 0 else ("float", "binary")
+        for precision in order:
+            times[precision].append(_time_block(twins[precision], x, y, steps_per_block))
+    binary_ms = statistics.median(times["binary"]) * 1e3
+    float_ms = statistics.median(times["float"]) * 1e3
+    ratio = statistics.median(b / f for b, f in zip(times["binary"], times["float"]))
+    return {
+        "model": name, "xla": xla, "batch_size": batch_size,
+        "binary_ms": binary_ms, "float_ms": float_ms, "ratio": ratio,
+        "binary_examples_per_second": batch_size / binary_ms * 1e3,
+        "float_examples_per_second": batch_size / float_ms * 1e3,
+        "blocks": blocks, "steps_per_block": steps_per_block,
+        "binary_block_ms": [t * 1e3 for t in times["binary"]],
+        "float_block_ms": [t * 1e3 for t in times["float"]],
+        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
+    }
+
+
+def run(
+    models: Sequence[str] = ("binarynet_mlp", "vgg_small"),
+    xla: Sequence[bool] = (True, False),
+    batch_sizes: dict[str, int] | None = None,
+    quick: bool = False,
+    blocks: int = 9,
+    steps_per_block: int = 10,
+    warmup_steps: int = 3,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Times the train step of each model's binary and float twins under each XLA setting.
+
+    Args:
+        models: architecture names of :func:`bnn.models.build`.
+        xla: ``jit_compile`` settings to measure, e.g. ``(True, False)``.
+        batch_sizes: per model; defaults to :data:`DEFAULT_BATCH_SIZES` (MLP 100, VGG-small 50).
+        quick: tiny versions of the models, batch 8, 2 blocks of 2 steps: checks the harness
+            end to end in seconds; its numbers mean nothing.
+        blocks: timed blocks per twin (the medians are over these).
+        steps_per_block: train steps per block.
+        warmup_steps: untimed steps per twin first (tracing, XLA compilation).
+        seed: seed of the weights and the synthetic batch.
+
+    Returns:
+        ``{"machine": machine_info(), "results": [one dict per (model, xla)]}``; see the module
+        docstring for the fields.
+
+    Raises:
+        ValueError: for an unknown model name or a count below 1.
+    """
+    known = models_lib.names()
+    unknown = [m for m in models if m not in known]
+    if unknown:
+        raise ValueError(f"unknown model(s) {', '.join(unknown)}; known models: {', '.join(known)}")
+    for label, value in (("blocks", blocks), ("steps_per_block", steps_per_block),
+                         ("warmup_steps", warmup_steps)):
+        if int(value) < 1:
+            raise ValueError(f"benchmark {label} must be >= 1, got {value!r}")
+    if quick:
+        blocks, steps_per_block, warmup_steps = 2, 2, 1
+    sizes = {**DEFAULT_BATCH_SIZES, **(batch_sizes or {})}
+    results = []
+    for name in models:
+        options = _QUICK_OPTIONS[name] if quick else {}
+        batch_size = _QUICK_BATCH if quick else int(sizes[name])
+        for jit in xla:
+            results.append(_measure(name, bool(jit), batch_size, options, blocks,
+                                    steps_per_block, warmup_steps, seed))
+            keras.backend.clear_session()
+    return {"machine": machine_info(), "results": results}
+
+
+def to_markdown(results: dict[str, Any]) -> str:
+    """A markdown table of :func:`run`'s results, one row per (model, XLA setting).
+
+    When rows carry ``larq_binary_ms`` (added by ``benchmarks/step_time.py``), two more columns
+    show Larq's binary step and ``bnn binary / Larq binary``.
+    """
+    rows = results["results"]
+    with_larq = any("larq_binary_ms" in row for row in rows)
+    head = ["model", "XLA", "batch", "binary ms", "float ms", "binary/float",
+            "binary ex/s", "float ex/s"]
+    if with_larq:
+        head += ["Larq binary ms", "Larq float ms", "bnn binary / Larq binary"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["model"], "on" if row["xla"] else "off", str(row["batch_size"]),
+                 f"{row['binary_ms']:.1f}", f"{row['float_ms']:.1f}", f"{row['ratio']:.2f}",
+                 f"{row['binary_examples_per_second']:.0f}",
+                 f"{row['float_examples_per_second']:.0f}"]
+        if with_larq:
+            if "larq_binary_ms" in row:
+                cells += [f"{row['larq_binary_ms']:.1f}", f"{row['larq_float_ms']:.1f}",
+                          f"{row['bnn_over_larq']:.2f}"]
+            else:
+                cells += ["-", "-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    machine = results["machine"]
+    lines.append("")
+    lines.append(f"{machine['cpu']}, {machine['cores']} cores, {machine['device']}, "
+                 f"TensorFlow {machine['tensorflow']}, Keras {machine['keras']}, "
+                 f"{machine['date']}. Times are medians over interleaved blocks; binary/float is "
+                 "the median of per-block-pair ratios.")
+    return "\n".join(lines) + "\n"
+
+
+def _xla_settings(value: str) -> tuple[bool, ...]:
+    settings = {"on": (True,), "off": (False,), "both": (True, False)}
+    if value not in settings:
+        raise argparse.ArgumentTypeError(f"--xla must be on, off or both, got {value!r}")
+    return settings[value]
+
+
+def build_parser(prog: str = "bnn bench") -> argparse.ArgumentParser:
+    """The command-line flags of :func:`main`."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Time the train step of binary models against their float twins.")
+    parser.add_argument("--models", default="binarynet_mlp,vgg_small",
+                        help="comma-separated architectures (default: binarynet_mlp,vgg_small)")
+    parser.add_argument("--xla", type=_xla_settings, default=(True, False), metavar="on|off|both",
+                        help="jit_compile setting(s) to time (default: both)")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny models and few steps: checks the harness in seconds")
+    parser.add_argument("--blocks", type=int, default=9, help="timed blocks per twin (default 9)")
+    parser.add_argument("--steps", type=int, default=10, help="train steps per block (default 10)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="one batch size for every model (default: MLP 100, VGG-small 50)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    parser.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
+    return parser
+
+
+def parse_models(value: str) -> tuple[str, ...]:
+    """``"a,b"`` -> ``("a", "b")``, each checked against :func:`bnn.models.names`."""
+    names = tuple(m.strip() for m in value.split(",") if m.strip())
+    known = models_lib.names()
+    unknown = [m for m in names if m not in known]
+    if not names or unknown:
+        raise ValueError(f"--models: unknown or empty {', '.join(unknown) or value!r}; "
+                         f"choose from {', '.join(known)}")
+    return names
+
+
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs :func:`run` with the parsed flags of :func:`build_parser`."""
+    names = parse_models(args.models)
+    sizes = {name: args.batch_size for name in names} if args.batch_size else None
+    return run(names, args.xla, sizes, quick=args.quick, blocks=args.blocks,
+               steps_per_block=args.steps)
+
+
+def write_outputs(results: dict[str, Any], json_path: str | None,
+                  markdown_path: str | None) -> str:
+    """Writes the JSON and markdown files asked for; returns the markdown table."""
+    table = to_markdown(results)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=2)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(table)
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bnn bench``: parse flags, time, print the table, write ``--json``/``--markdown``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        results = run_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    print(write_outputs(results, args.json, args.markdown), end="")
+    return 0
