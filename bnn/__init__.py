@@ -1,6 +1,11 @@
-"""bnn: binarized neural networks on TensorFlow with Keras 3."""
+"""bnn: binarized neural networks on TensorFlow with Keras 3.
 
-from bnn import constraints, gradients, layers, quantizers
+Importing bnn registers every layer, quantizer, constraint, optimizer, loss and schedule with
+Keras, so ``keras.models.load_model`` reads bnn models without ``custom_objects``.
+"""
+
+from bnn import (constraints, gradients, layers, losses, metrics, models, optimizers, quantizers,
+                 schedules)
 from bnn.constraints import WeightClip
 from bnn.gradients import GradientReversal, custom_gradient, reverse_gradient, straight_through
 from bnn.layers import BinaryConv2D, BinaryDense
@@ -9,7 +14,8 @@ from bnn.quantizers import ste_sign
 __version__ = "0.1.0"
 
 __all__ = [
-    "constraints", "gradients", "layers", "quantizers",
+    "constraints", "gradients", "layers", "losses", "metrics", "models", "optimizers",
+    "quantizers", "schedules",
     "WeightClip", "GradientReversal", "custom_gradient", "reverse_gradient", "straight_through",
     "BinaryConv2D", "BinaryDense", "ste_sign", "__version__",
 ]

@@ -4,6 +4,8 @@ Every builder takes ``precision="binary" | "float"``. Both twins have the same l
 same parameter shapes; the float twin turns the quantizers off and puts a real activation
 (``float_activation``, ReLU by default) where the binary model binarizes the next layer's inputs.
 Models output logits (the last batch normalization), for ``from_logits=True`` losses.
+``synchronized_bn=True`` computes batch-norm statistics over all replicas of a ``tf.distribute``
+strategy, so a distributed step equals a single-device step on the global batch.
 """
 
 from __future__ import annotations
@@ -24,9 +26,8 @@ def _check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def _norm(momentum: float, epsilon: float, name: str, scale: bool = True):
-    return keras.layers.BatchNormalization(momentum=momentum, epsilon=epsilon, scale=scale,
-                                           name=name)
+def _norm(bn: dict, name: str, scale: bool = True):
+    return keras.layers.BatchNormalization(**bn, scale=scale, name=name)
 
 
 def _activation(precision: str, float_activation: str, name: str) -> list:
@@ -46,6 +47,7 @@ def binarynet_mlp(
     momentum: float = 0.9,
     epsilon: float = 1e-4,
     float_activation: str = "relu",
+    synchronized_bn: bool = False,
     name: str | None = None,
 ) -> keras.Model:
     """BinaryNet MLP (Courbariaux et al. 2016): Flatten, then per hidden layer
@@ -54,6 +56,7 @@ def binarynet_mlp(
     The first layer sees real-valued pixels (binary kernel, real inputs).
     """
     _check_precision(precision)
+    bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
     q = dict(kernel_quantizer=kernel_quantizer, precision=precision)
     layers: list = [keras.Input(tuple(input_shape)), keras.layers.Flatten(name="flatten")]
     for i, units in enumerate(hidden_units):
@@ -62,13 +65,13 @@ def binarynet_mlp(
         layers += [
             BinaryDense(units, input_quantizer=None if i == 0 else input_quantizer,
                         name=f"dense{i}", **q),
-            _norm(momentum, epsilon, f"bn{i}"),
+            _norm(bn, f"bn{i}"),
             *_activation(precision, float_activation, f"act{i}"),
         ]
     if dropout:
         layers.append(keras.layers.Dropout(dropout, name="dropout_out"))
     layers += [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
-               _norm(momentum, epsilon, "bn_out", scale=False)]
+               _norm(bn, "bn_out", scale=False)]
     return keras.Sequential(layers, name=name or f"binarynet_mlp_{precision}")
 
 
@@ -83,6 +86,7 @@ def vgg_small(
     momentum: float = 0.9,
     epsilon: float = 1e-4,
     float_activation: str = "relu",
+    synchronized_bn: bool = False,
     name: str | None = None,
 ) -> keras.Model:
     """BinaryNet VGG-small for CIFAR-10:
@@ -93,6 +97,7 @@ def vgg_small(
     exports to pure xor-popcount.
     """
     _check_precision(precision)
+    bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
     q = dict(kernel_quantizer=kernel_quantizer, precision=precision)
     layers: list = [keras.Input(tuple(input_shape))]
     for i, f in enumerate(filters):
@@ -101,15 +106,15 @@ def vgg_small(
                                    name=f"conv{i}", **q))
         if i % 2 == 1:
             layers.append(keras.layers.MaxPooling2D(2, name=f"pool{i}"))
-        layers += [_norm(momentum, epsilon, f"bn_conv{i}"),
+        layers += [_norm(bn, f"bn_conv{i}"),
                    *_activation(precision, float_activation, f"act_conv{i}")]
     layers.append(keras.layers.Flatten(name="flatten"))
     for i, units in enumerate(dense_units):
         layers += [BinaryDense(units, input_quantizer=input_quantizer, name=f"dense{i}", **q),
-                   _norm(momentum, epsilon, f"bn_dense{i}"),
+                   _norm(bn, f"bn_dense{i}"),
                    *_activation(precision, float_activation, f"act_dense{i}")]
     layers += [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
-               _norm(momentum, epsilon, "bn_out", scale=False)]
+               _norm(bn, "bn_out", scale=False)]
     return keras.Sequential(layers, name=name or f"vgg_small_{precision}")
 
 
@@ -124,15 +129,17 @@ def binary_resnet(
     momentum: float = 0.9,
     epsilon: float = 1e-4,
     float_activation: str = "relu",
+    synchronized_bn: bool = False,
     name: str | None = None,
 ) -> keras.Model:
     """Bi-Real-style binary ResNet: every binary 3x3 convolution is wrapped by a real-valued
     shortcut (``x + BN(BinaryConv(x))``). The stem, the downsampling shortcuts (average pool +
     1x1 convolution) and the classifier stay real-valued, as in Bi-Real Net."""
     _check_precision(precision)
+    bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
     inputs = keras.Input(tuple(input_shape))
     x = keras.layers.Conv2D(stages[0], 3, padding="same", use_bias=False, name="stem")(inputs)
-    x = _norm(momentum, epsilon, "stem_bn")(x)
+    x = _norm(bn, "stem_bn")(x)
     for s, width in enumerate(stages):
         for b in range(blocks_per_stage):
             stride = 2 if (b == 0 and s > 0) else 1
@@ -141,11 +148,11 @@ def binary_resnet(
                 shortcut = keras.layers.AveragePooling2D(stride, name=f"s{s}b{b}_pool")(shortcut)
                 shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
                                                name=f"s{s}b{b}_proj")(shortcut)
-                shortcut = _norm(momentum, epsilon, f"s{s}b{b}_proj_bn")(shortcut)
+                shortcut = _norm(bn, f"s{s}b{b}_proj_bn")(shortcut)
             y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
                              input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
                              precision=precision, name=f"s{s}b{b}_conv")(x)
-            y = _norm(momentum, epsilon, f"s{s}b{b}_bn")(y)
+            y = _norm(bn, f"s{s}b{b}_bn")(y)
             for layer in _activation(precision, float_activation, f"s{s}b{b}_act"):
                 y = layer(y)
             x = keras.layers.Add(name=f"s{s}b{b}_add")([shortcut, y])

@@ -80,7 +80,9 @@ def configure_runtime(config: Config) -> None:
 def make_strategy(config: Config) -> tf.distribute.Strategy:
     kind = config.training.distribute
     if kind == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.MirroredStrategy(
+            [d.name for d in gpus or tf.config.list_logical_devices("CPU")])
     if kind == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.get_strategy()
@@ -122,7 +124,7 @@ def _make_optimizer(config: Config, model: keras.Model, learning_rate):
 def build_model(config: Config, precision: str, info: data_lib.Datasets) -> keras.Model:
     """The configured architecture in ``precision``, compiled with loss, optimizer, accuracy."""
     options = {"input_shape": info.input_shape, "num_classes": info.num_classes,
-               **config.model.options}
+               "synchronized_bn": config.training.distribute != "none", **config.model.options}
     model = models.build(config.model.name, precision, **options)
     loss = losses.get(config.training.loss, info.num_classes, config.training.label_smoothing)
     optimizer = _make_optimizer(config, model, _learning_rate(config, info.steps_per_epoch))
