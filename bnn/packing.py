@@ -27,6 +27,7 @@ __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_thresho
            "PackedModel", "WORD_BITS"]
 
 WORD_BITS = 64
+_BLOCK_WORDS = 4
 _WORD_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
 
@@ -68,20 +69,38 @@ def unpack_bits(words: np.ndarray, n: int, axis: int = -1,
     return np.moveaxis(np.where(bits == 1, 1.0, -1.0).astype(np.float32), -1, axis)
 
 
+def _accumulator(words: int) -> tf.DType:
+    """int16 (twice the SIMD width of int32) while ``words`` 64-bit words bound the mismatch
+    count below 2**15, else int32."""
+    return tf.int16 if words * WORD_BITS < 2**15 else tf.int32
+
+
+def _mismatches(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """``sum_k popcount(x[b, k] XOR w[k, u])`` in ``dtype``, reduced in blocks of
+    ``_BLOCK_WORDS`` words whose partial counts are added (XLA compiles short reductions
+    into much faster CPU loops than one long reduction over a strided axis)."""
+    total = None
+    for start in range(0, int(w_words.shape[0]), _BLOCK_WORDS):
+        xor = tf.bitwise.bitwise_xor(x_words[:, start:start + _BLOCK_WORDS, None],
+                                     w_words[None, start:start + _BLOCK_WORDS, :])
+        part = tf.reduce_sum(tf.cast(tf.raw_ops.PopulationCount(x=xor), dtype), axis=1)
+        total = part if total is None else total + part
+    return total
+
+
 def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
     """Exact ±1 matrix product from packed operands: ``sign(x) @ sign(w)`` as int32.
 
     Args:
-        x_words: ``(batch, words)`` integer words, ``pack_bits(x, axis=-1)`` of ``x`` (batch, n).
-        w_words: ``(words, units)`` integer words, ``pack_bits(w, axis=0)`` of ``w`` (n, units).
+        x_words: ``(batch, words)`` int64 words, ``pack_bits(x, axis=-1)`` of ``x`` (batch, n).
+        w_words: ``(words, units)`` int64 words, ``pack_bits(w, axis=0)`` of ``w`` (n, units).
         n: the number of real bits per row (the pad bits past ``n`` must be 0 in both).
 
     Returns:
         ``(batch, units)`` int32, ``n - 2 * sum_k popcount(x[b, k] XOR w[k, u])``.
     """
-    xor = tf.bitwise.bitwise_xor(x_words[:, :, None], w_words[None, :, :])
-    mismatches = tf.reduce_sum(tf.cast(tf.raw_ops.PopulationCount(x=xor), tf.int32), axis=1)
-    return n - 2 * mismatches
+    counts = _mismatches(x_words, w_words, _accumulator(int(w_words.shape[0])))
+    return n - 2 * tf.cast(counts, tf.int32)
 
 
 def fold_sign_threshold(values: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,16 +155,6 @@ def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
     out = -(-size // s)
     total = max((out - 1) * s + k - size, 0)
     return total // 2, total - total // 2
-
-
-def _patches(x: tf.Tensor, kh: int, kw: int, sh: int, sw: int) -> tf.Tensor:
-    """``(B, H, W, C)`` -> ``(B, Ho, Wo, kh*kw*C)`` valid patches, ordered (row, column, channel)
-    like a flattened ``(kh, kw, C)`` kernel."""
-    h, w = x.shape[1], x.shape[2]
-    ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
-    taps = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
-            for i in range(kh) for j in range(kw)]
-    return tf.concat(taps, axis=-1)
 
 
 class _Stage(tf.Module):
@@ -226,11 +235,20 @@ class _Stage(tf.Module):
         x = tf.pad(x, self.pads)
         if self.pad_mask is not None:
             x = tf.bitwise.bitwise_or(x, self.pad_mask)
-        patches = _patches(x, self.kh, self.kw, self.sh, self.sw)
-        ho, wo = patches.shape[1], patches.shape[2]
-        dots = xor_popcount_matmul(tf.reshape(patches, [-1, patches.shape[-1]]), self.kernel,
-                                   self.kh * self.kw * self.in_shape[-1])
-        dots = tf.reshape(dots, [-1, ho, wo, self.units])
+        h, w, words = x.shape[1], x.shape[2], x.shape[3]
+        ho, wo = (h - self.kh) // self.sh + 1, (w - self.kw) // self.sw + 1
+        dtype = _accumulator(self.kh * self.kw * words)
+        counts = None
+        for i in range(self.kh):  # one tap of the kernel at a time: no patch tensor
+            for j in range(self.kw):
+                tap = x[:, i:i + (ho - 1) * self.sh + 1:self.sh,
+                        j:j + (wo - 1) * self.sw + 1:self.sw, :]
+                first = (i * self.kw + j) * words
+                part = _mismatches(tf.reshape(tap, [-1, words]),
+                                   self.kernel[first:first + words], dtype)
+                counts = part if counts is None else counts + part
+        n = self.kh * self.kw * self.in_shape[-1]
+        dots = tf.reshape(n - 2 * tf.cast(counts, tf.int32), [-1, ho, wo, self.units])
         return dots if self.corr is None else dots + self.corr
 
     def _pool_or(self, words: tf.Tensor) -> tf.Tensor:

@@ -1,0 +1,164 @@
+"""Packed (.bnn, xor-popcount) inference against the float twin on CPU.
+
+    python benchmarks/inference.py [--quick] [--json PATH]
+
+For the BinaryNet MLP (784-3x2048-10) and VGG-small (32x32x3) it times, at batch 1 and 100,
+the packed model and the float twin (Keras, in a ``tf.function``, with and without XLA),
+in interleaved timed blocks after warm-up, and reports medians over blocks of the per-call
+time and the speed-up over the faster float variant. It also reports the .bnn size against
+the float twin's saved weights (``.weights.h5``), and, when MNIST is available
+(``BNN_DATA_DIR``, default /work/shared/datasets), fits the binary MLP for one epoch and
+counts the test images on which the packed model's class equals the Keras model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bnn import models  # noqa: E402
+from bnn.export import export_model, load_packed  # noqa: E402
+
+ARCHITECTURES = {
+    "mlp": ("binarynet_mlp", {}, (28, 28, 1)),
+    "vgg_small": ("vgg_small", {}, (32, 32, 3)),
+}
+
+
+def _timed_block(fn, x, reps: int) -> float:
+    """Seconds per call, averaged over ``reps`` back-to-back calls (results fetched to numpy)."""
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn(x).numpy()
+    return (time.perf_counter() - start) / reps
+
+
+def interleaved(variants: dict, x, rounds: int, reps: int, warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each variant over ``rounds`` interleaved timed blocks."""
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn(x).numpy()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            times[name].append(_timed_block(fn, x, reps))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def _fit_mnist_mlp(data_dir: Path, quick: bool) -> tuple[keras.Model, np.ndarray, np.ndarray]:
+    with np.load(data_dir / "mnist.npz") as data:
+        x_train, y_train = data["x_train"], data["y_train"]
+        x_test, y_test = data["x_test"], data["y_test"]
+    normalize = lambda a: (a.astype(np.float32) / 127.5 - 1.0)[..., None]  # noqa: E731
+    if quick:
+        x_train, y_train = x_train[:6000], y_train[:6000]
+    model = models.build("binarynet_mlp")
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(normalize(x_train), y_train, batch_size=100, epochs=1, verbose=0)
+    return model, normalize(x_test), y_test.astype(np.int64)
+
+
+def mnist_agreement(data_dir: Path, work: Path, quick: bool) -> dict | None:
+    """Class agreement of the packed MLP with the Keras MLP on the MNIST test set."""
+    if not (data_dir / "mnist.npz").is_file():
+        return None
+    model, x_test, y_test = _fit_mnist_mlp(data_dir, quick)
+    export_model(model, work / "mnist_mlp.bnn")
+    packed = load_packed(work / "mnist_mlp.bnn").predict(x_test, batch_size=500)
+    reference = model.predict(x_test, batch_size=500, verbose=0)
+    same = packed.argmax(-1) == reference.argmax(-1)
+    return {"examples": int(len(x_test)), "class_agreement": float(same.mean()),
+            "disagreements": int((~same).sum()),
+            "max_abs_logit_difference": float(np.abs(packed - reference).max()),
+            "keras_accuracy": float((reference.argmax(-1) == y_test).mean()),
+            "packed_accuracy": float((packed.argmax(-1) == y_test).mean()),
+            "train_examples": 6000 if quick else 60000}
+
+
+def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
+    name, options, input_shape = ARCHITECTURES[key]
+    binary = models.build(name, "binary", input_shape=input_shape, **options)
+    twin = models.build(name, "float", input_shape=input_shape, **options)
+    bnn_path, weights_path = work / f"{key}.bnn", work / f"{key}_float.weights.h5"
+    summary = export_model(binary, bnn_path)
+    twin.save_weights(weights_path)
+    packed = load_packed(bnn_path)
+    float_graph = tf.function(lambda x: twin(x, training=False))
+    float_xla = tf.function(lambda x: twin(x, training=False), jit_compile=True)
+    result = {"bnn_bytes": summary["bytes"], "float_weights_bytes": weights_path.stat().st_size,
+              "batches": {}}
+    result["size_ratio"] = result["float_weights_bytes"] / result["bnn_bytes"]
+    rng = np.random.default_rng(0)
+    for batch in (1, 100):
+        x = tf.constant(rng.uniform(-1, 1, (batch, *input_shape)).astype(np.float32))
+        difference = float(np.abs(packed(x).numpy() - binary(x, training=False).numpy()).max())
+        heavy = key == "vgg_small" and batch == 100
+        rounds = (3 if quick else 7) if heavy else (5 if quick else 11)
+        reps = 1 if heavy else (2 if batch == 100 else 20) * (1 if quick else 2)
+        seconds = interleaved({"packed": packed, "float": float_graph, "float_xla": float_xla},
+                              x, rounds, reps)
+        best_float = min(seconds["float"], seconds["float_xla"])
+        result["batches"][str(batch)] = {
+            "packed_ms": 1e3 * seconds["packed"], "float_ms": 1e3 * seconds["float"],
+            "float_xla_ms": 1e3 * seconds["float_xla"],
+            "speedup_vs_best_float": best_float / seconds["packed"], "rounds": rounds,
+            "max_abs_logit_difference": difference,
+            "reps_per_round": reps}
+    return result
+
+
+def markdown(results: dict) -> str:
+    lines = ["| model | batch | packed ms | float ms (tf.function) | float ms (XLA) | "
+             "speed-up vs best float |", "|---|---|---|---|---|---|"]
+    for key, res in results["models"].items():
+        for batch, b in res["batches"].items():
+            lines.append(f"| {key} | {batch} | {b['packed_ms']:.3f} | {b['float_ms']:.3f} | "
+                         f"{b['float_xla_ms']:.3f} | {b['speedup_vs_best_float']:.1f}x |")
+    lines += ["", "| model | .bnn bytes | float twin .weights.h5 bytes | ratio |",
+              "|---|---|---|---|"]
+    for key, res in results["models"].items():
+        lines.append(f"| {key} | {res['bnn_bytes']} | {res['float_weights_bytes']} | "
+                     f"{res['size_ratio']:.1f}x |")
+    mnist = results.get("mnist")
+    if mnist:
+        lines += ["", f"MNIST test set: packed and Keras MLP agree on "
+                      f"{mnist['examples'] - mnist['disagreements']}/{mnist['examples']} classes "
+                      f"({100 * mnist['class_agreement']:.2f}%), max |logit difference| "
+                      f"{mnist['max_abs_logit_difference']:.2e}; accuracy Keras "
+                      f"{mnist['keras_accuracy']:.4f}, packed {mnist['packed_accuracy']:.4f} "
+                      f"(MLP fitted 1 epoch on {mnist['train_examples']} images)."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, smaller MNIST fit")
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    data_dir = Path(os.environ.get("BNN_DATA_DIR", "/work/shared/datasets"))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        results = {"cpu_threads": os.cpu_count(), "quick": args.quick,
+                   "models": {key: benchmark_architecture(key, work, args.quick)
+                              for key in ARCHITECTURES},
+                   "mnist": mnist_agreement(data_dir, work, args.quick)}
+    print(markdown(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
