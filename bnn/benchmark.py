@@ -11,7 +11,9 @@ slow drifts in machine load hit both twins alike. It reports, per twin:
 * ``*_ms``: median over blocks of the block's mean step time, in milliseconds;
 * ``*_examples_per_second``: ``batch_size / (ms / 1000)``;
 * ``ratio``: median over block pairs of ``binary block time / float block time`` (below 1 means
-  the binary step is faster). Paired ratios are what to trust on a shared, noisy machine.
+  the binary step is faster). Paired ratios are what to trust on a shared, noisy machine;
+* ``*_cpu_ms`` and ``cpu_ratio``: the same for the process's CPU time per step (all threads),
+  which other processes on a busy machine disturb less than wall time.
 
 ``bnn bench`` and ``benchmarks/step_time.py`` call :func:`main`.
 """
@@ -79,15 +81,22 @@ def _compiled_twin(name: str, precision: str, options: dict[str, Any], xla: bool
     return model
 
 
-def _time_block(model: keras.Model, x: np.ndarray, y: np.ndarray, steps: int) -> float:
-    """Mean seconds per train step over ``steps`` steps; each step waits for its loss."""
-    start = time.perf_counter()
+def _time_block(model: keras.Model, x: np.ndarray, y: np.ndarray,
+                steps: int) -> tuple[float, float]:
+    """Mean (wall, process CPU) seconds per train step over ``steps`` steps; each step waits for
+    its loss."""
+    start, start_cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         loss = model.train_on_batch(x, y)
-    elapsed = time.perf_counter() - start
+    elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
     if not math.isfinite(float(np.asarray(loss).ravel()[0])):
         raise RuntimeError(f"{model.name}: the training loss became {loss}; the timing is void")
-    return elapsed / steps
+    return elapsed / steps, elapsed_cpu / steps
+
+
+def _paired_ratio(times: dict[str, list[float]]) -> float:
+    """Median over blocks of binary block time / the float block next to it."""
+    return statistics.median(b / f for b, f in zip(times["binary"], times["float"]))
 
 
 def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blocks: int,
@@ -102,19 +111,24 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
     for model in twins.values():
         _time_block(model, x, y, warmup_steps)
     times: dict[str, list[float]] = {"binary": [], "float": []}
+    cpu: dict[str, list[float]] = {"binary": [], "float": []}
     for block in range(blocks):
         order = ("binary", "float") if block % 2 == 0 else ("float", "binary")
         for precision in order:
-            times[precision].append(_time_block(twins[precision], x, y, steps_per_block))
+            wall, cpu_time = _time_block(twins[precision], x, y, steps_per_block)
+            times[precision].append(wall)
+            cpu[precision].append(cpu_time)
     binary_ms = statistics.median(times["binary"]) * 1e3
     float_ms = statistics.median(times["float"]) * 1e3
-    ratio = statistics.median(b / f for b, f in zip(times["binary"], times["float"]))
     return {
         "model": name, "xla": xla, "batch_size": batch_size,
-        "binary_ms": binary_ms, "float_ms": float_ms, "ratio": ratio,
+        "binary_ms": binary_ms, "float_ms": float_ms, "ratio": _paired_ratio(times),
         "binary_examples_per_second": batch_size / binary_ms * 1e3,
         "float_examples_per_second": batch_size / float_ms * 1e3,
-        "blocks": blocks, "steps_per_block": steps_per_block,
+        "binary_cpu_ms": statistics.median(cpu["binary"]) * 1e3,
+        "float_cpu_ms": statistics.median(cpu["float"]) * 1e3,
+        "cpu_ratio": _paired_ratio(cpu),
+        "blocks": blocks, "steps_per_block": steps_per_block, "warmup_steps": warmup_steps,
         "binary_block_ms": [t * 1e3 for t in times["binary"]],
         "float_block_ms": [t * 1e3 for t in times["float"]],
         "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
@@ -176,27 +190,30 @@ def run(
 def to_markdown(results: dict[str, Any]) -> str:
     """A markdown table of :func:`run`'s results, one row per (model, XLA setting).
 
-    When rows carry ``larq_binary_ms`` (added by ``benchmarks/step_time.py``), two more columns
-    show Larq's binary step and ``bnn binary / Larq binary``.
+    When rows carry ``larq_binary_ms`` (added by ``benchmarks/step_time.py``), more columns show
+    Larq's steps, its binary/float ratio and ``bnn binary / Larq binary`` (wall and CPU time).
     """
     rows = results["results"]
     with_larq = any("larq_binary_ms" in row for row in rows)
-    head = ["model", "XLA", "batch", "binary ms", "float ms", "binary/float",
+    head = ["model", "XLA", "batch", "binary ms", "float ms", "binary/float", "CPU-time ratio",
             "binary ex/s", "float ex/s"]
     if with_larq:
-        head += ["Larq binary ms", "Larq float ms", "bnn binary / Larq binary"]
+        head += ["Larq binary ms", "Larq float ms", "Larq binary/float",
+                 "bnn binary / Larq binary", "same, CPU time"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["model"], "on" if row["xla"] else "off", str(row["batch_size"]),
                  f"{row['binary_ms']:.1f}", f"{row['float_ms']:.1f}", f"{row['ratio']:.2f}",
+                 f"{row['cpu_ratio']:.2f}",
                  f"{row['binary_examples_per_second']:.0f}",
                  f"{row['float_examples_per_second']:.0f}"]
         if with_larq:
             if "larq_binary_ms" in row:
                 cells += [f"{row['larq_binary_ms']:.1f}", f"{row['larq_float_ms']:.1f}",
-                          f"{row['bnn_over_larq']:.2f}"]
+                          f"{row['larq_ratio']:.2f}", f"{row['bnn_over_larq']:.2f}",
+                          f"{row['bnn_over_larq_cpu']:.2f}"]
             else:
-                cells += ["-", "-", "-"]
+                cells += ["-"] * 5
         lines.append("| " + " | ".join(cells) + " |")
     machine = results["machine"]
     lines.append("")
