@@ -86,8 +86,8 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
 
     config = load_config(args.config, args.overrides)
     precisions = precisions or [config.model.precision]
-    run_dir = Path(args.output_dir or config.output_dir)
-    with RunLock(run_dir):
+    shared_dir = Path(args.output_dir or config.output_dir)
+    with training.worker_run_dir(config, shared_dir) as run_dir, RunLock(run_dir):
         training.prepare_run_dir(run_dir, args.resume, args.overwrite)
         training.write_config_copy(config, run_dir)
         verbose = 0 if args.quiet else (1 if sys.stdout.isatty() else 2)
@@ -102,6 +102,9 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
         report = report_lib.build_report(twins, meta)
         report_lib.write_report(run_dir, report)
     print(report_lib.to_markdown(report))
+    if run_dir != shared_dir:
+        print(f"bnn: worker done; the chief worker writes {shared_dir}")
+        return 0
     print(f"bnn: wrote {run_dir / 'report.json'}; curves: tensorboard --logdir {run_dir}")
     return 0
 
@@ -139,6 +142,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    import keras
     import numpy as np
 
     from bnn import data, export
@@ -149,7 +153,10 @@ def _predict(args: argparse.Namespace) -> int:
         raise export.ExportError(f"{args.inputs}: cannot read a .npy array ({error})") from None
     if raw.ndim == 3:
         raw = raw[..., None]
-    logits = np.asarray(export.load_any(args.model).predict(data.normalize(args.dataset, raw)))
+    model = export.load_any(args.model)
+    x = data.normalize(args.dataset, raw)
+    logits = np.asarray(model.predict(x, verbose=0) if isinstance(model, keras.Model)
+                        else model.predict(x))
     for i, label in enumerate(logits.argmax(axis=-1)):
         print(f"{i}\t{label}")
     if args.output:

@@ -1,0 +1,95 @@
+"""The command line around a trained run: export, evaluate, predict, summary, bench."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from bnn.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
+needs_mnist = pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
+                                 reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
+
+TINY = {
+    "name": "tiny",
+    "dataset": {"name": "mnist", "limit_train": 1000, "limit_test": 300},
+    "model": {"name": "binarynet_mlp", "options": {"hidden_units": [64, 64]}},
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "training": {"epochs": 1, "batch_size": 50, "xla": False},
+}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    config = tmp / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    assert main(["train", str(config), "--output-dir", str(tmp / "run"), "--quiet",
+                 "--data-dir", str(DATA_DIR)]) == 0
+    return tmp / "run"
+
+
+@needs_mnist
+def test_export_evaluate_and_predict_agree_with_the_keras_model(run_dir, tmp_path, capsys):
+    packed = tmp_path / "tiny.bnn"
+    assert main(["export", str(run_dir), "-o", str(packed)]) == 0
+    assert packed.stat().st_size * 25 < (run_dir / "binary" / "model.keras").stat().st_size
+    figures = {}
+    for model in (packed, run_dir / "binary" / "model.keras"):
+        out = tmp_path / f"{model.suffix[1:]}.json"
+        assert main(["evaluate", str(model), "--dataset", "mnist", "--data-dir", str(DATA_DIR),
+                     "--json", str(out)]) == 0
+        figures[model.suffix] = json.loads(out.read_text())
+    assert figures[".bnn"]["accuracy"] == pytest.approx(figures[".keras"]["accuracy"], abs=2e-4)
+    assert figures[".bnn"]["accuracy"] > 0.2 and figures[".bnn"]["examples_per_second"] > 0
+
+    with np.load(DATA_DIR / "mnist.npz") as d:
+        images, labels = d["x_test"][:20], d["y_test"][:20]
+    np.save(tmp_path / "images.npy", images)
+    capsys.readouterr()
+    for model in (packed, run_dir / "binary" / "model.keras"):
+        logits_path = tmp_path / f"logits{model.suffix}.npy"
+        assert main(["predict", str(model), str(tmp_path / "images.npy"), "--dataset", "mnist",
+                     "-o", str(logits_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 40 and lines[0].startswith("0\t")
+    a, b = (np.load(tmp_path / f"logits{s}.npy") for s in (".bnn", ".keras"))
+    np.testing.assert_array_equal(a.argmax(-1), b.argmax(-1))
+    assert (a.argmax(-1) == labels).mean() > 0.2
+
+
+def test_export_of_a_missing_source_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "nope"), "-o", str(tmp_path / "x.bnn")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope" in err[0]
+    assert not (tmp_path / "x.bnn").exists()
+
+
+def test_evaluate_a_damaged_model_file_is_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.bnn"
+    bad.write_bytes(b"BNNPACK\x00garbage")
+    assert main(["evaluate", str(bad), "--dataset", "mnist", "--data-dir", str(DATA_DIR)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bad.bnn" in err[0]
+
+
+def test_summary_prints_the_layer_table_with_compression(capsys):
+    config = ROOT / "experiments" / "mnist_mlp_quick.yaml"
+    assert main(["summary", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "dense0" in out and "dense_out" in out
+    assert "compression" in out.lower()
+
+
+def test_bench_quick_writes_json_fields(tmp_path):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--models", "binarynet_mlp", "--xla", "on",
+                 "--json", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert results and all(r["binary_ms"] > 0 and r["float_ms"] > 0 and r["ratio"] > 0
+                           for r in results)
