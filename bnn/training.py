@@ -10,12 +10,16 @@ optimizer state.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import keras
 import numpy as np
@@ -29,7 +33,8 @@ from bnn.rundir import Checkpoints, RunDirError
 from bnn.schedules import EpochSchedule, decay_rate_for
 
 __all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "prepare_run_dir",
-           "configure_runtime", "make_strategy", "build_model", "write_config_copy"]
+           "configure_runtime", "make_strategy", "worker_run_dir", "build_model",
+           "write_config_copy"]
 
 
 class TrainingError(Exception):
@@ -78,22 +83,94 @@ def configure_runtime(config: Config) -> None:
 
 
 def make_strategy(config: Config) -> tf.distribute.Strategy:
+    """The ``tf.distribute`` strategy of ``training.distribute``: ``mirrored`` replicates over all
+    local GPUs (else all logical CPUs); ``multi_worker`` joins the cluster described by the
+    ``TF_CONFIG`` environment variable, one strategy per process (see ``worker_run_dir``)."""
     kind = config.training.distribute
     if kind == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         return tf.distribute.MirroredStrategy(
             [d.name for d in gpus or tf.config.list_logical_devices("CPU")])
     if kind == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return _multi_worker_strategy()
     return tf.distribute.get_strategy()
+
+
+class _MultiWorkerStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """``MultiWorkerMirroredStrategy`` whose ``reduce`` Keras ``fit`` and ``evaluate`` can use:
+    it takes a nest (tuple, list, dict) of values and reduces each leaf, and reduces a scalar
+    across replicas whatever ``axis`` says (a scalar has no axis to reduce). Keras reduces whole
+    ``(x, y)`` input batches, and its scalar metrics with ``axis=0``; the base class fails on both
+    as soon as there is more than one worker."""
+
+    def reduce(self, reduce_op, value, axis):
+        reduce_one = super().reduce
+
+        def leaf(v):
+            scalar = self.experimental_local_results(v)[0].shape.rank == 0
+            return reduce_one(reduce_op, v, None if scalar else axis)
+
+        return tf.nest.map_structure(leaf, value)
+
+
+_WORKER_STRATEGY: list[tf.distribute.Strategy] = []
+
+
+def _multi_worker_strategy() -> tf.distribute.Strategy:
+    """The process's one multi-worker strategy, created on first use: it starts this worker's
+    server and waits until every worker of ``TF_CONFIG`` has joined."""
+    if not _WORKER_STRATEGY:
+        _tf_config()
+        _WORKER_STRATEGY.append(_MultiWorkerStrategy())
+    return _WORKER_STRATEGY[0]
+
+
+def _tf_config() -> tuple[dict, str, int]:
+    """``(cluster, task type, task index)`` of this process, from the ``TF_CONFIG`` variable."""
+    raw = os.environ.get("TF_CONFIG", "")
+    try:
+        spec = json.loads(raw)
+        return dict(spec["cluster"]), str(spec["task"]["type"]), int(spec["task"]["index"])
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise TrainingError(
+            f"training.distribute is 'multi_worker' but TF_CONFIG ({raw[:80]!r}) is not JSON like "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}; '
+            "set it for each worker (see docs/distributed.md)") from None
+
+
+def _is_chief_task(cluster: dict, task_type: str | None, task_id: int) -> bool:
+    """The chief is the task of type ``chief``, or worker 0 when the cluster has no ``chief``;
+    a process outside any cluster is its own chief."""
+    if not cluster or task_type is None:
+        return True
+    if "chief" in cluster:
+        return task_type == "chief"
+    return task_type == "worker" and task_id == 0
 
 
 def _is_chief(strategy: tf.distribute.Strategy) -> bool:
     resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
+    if resolver is None:
         return True
-    return resolver.task_type in (None, "chief") or (
-        resolver.task_type == "worker" and resolver.task_id == 0)
+    return _is_chief_task(resolver.cluster_spec().as_dict(), resolver.task_type, resolver.task_id)
+
+
+@contextlib.contextmanager
+def worker_run_dir(config: Config, run_dir: Path) -> Iterator[Path]:
+    """The directory this process writes its run to: ``run_dir`` itself, except on a non-chief
+    worker of ``training.distribute: multi_worker``, which writes to a fresh temporary directory
+    removed on exit. All workers may so be given the same ``run_dir`` (on a shared filesystem
+    too): only the chief writes config, checkpoints, TensorBoard events, model and report there.
+    """
+    if config.training.distribute != "multi_worker":
+        yield Path(run_dir)
+        return
+    cluster, task, index = _tf_config()
+    if _is_chief_task(cluster, task, index):
+        yield Path(run_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix=f"bnn-{task}{index}-") as scratch:
+        yield Path(scratch)
 
 
 def _learning_rate(config: Config, steps_per_epoch: int):
@@ -340,6 +417,9 @@ def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinRes
 def train_twin(config: Config, precision: str, run_dir: Path, data_dir=None,
                resume: bool = False, verbose: int | str = "auto") -> TwinResult:
     """Trains (or resumes) the ``precision`` twin of ``config`` in ``run_dir/precision``."""
+    if resume and config.training.distribute == "multi_worker":
+        raise TrainingError("--resume is not supported with training.distribute=multi_worker "
+                            "(only the chief holds checkpoints); start over with --overwrite")
     configure_runtime(config)
     return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose).run()
 
