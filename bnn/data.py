@@ -430,19 +430,31 @@ def normalize(name: str, x: np.ndarray | tf.Tensor) -> np.ndarray | tf.Tensor:
     return tf.cast(x, tf.float32) * scale + shift
 
 
-def _augment(x: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    """CIFAR-10 augmentation of a uint8 batch (B, 32, 32, C): zero-pad 4, random 32x32 crop, random
-    horizontal flip, each example independently; stateless, so the same ``seed`` gives the same result."""
+# Augmentation per dataset: (zero padding in pixels before a random crop back to size, random
+# horizontal flip). MNIST digits are not mirror-symmetric, so they only shift.
+AUGMENTATION: dict[str, tuple[int, bool]] = {
+    "mnist": (2, False),
+    "fashion_mnist": (2, False),
+    "cifar10": (4, True),
+}
+
+
+def _augment(x: tf.Tensor, seed: tf.Tensor, pad: int, flip: bool) -> tf.Tensor:
+    """Augmentation of a uint8 batch (B, H, W, C): zero-pad ``pad``, random HxW crop, and a random
+    horizontal flip when ``flip``, each example independently; stateless, so the same ``seed``
+    gives the same result."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    b = tf.shape(x)[0]
-    padded = tf.pad(x, [[0, 0], [4, 4], [4, 4], [0, 0]])
-    offsets = tf.random.stateless_uniform([b, 2], crop_seed, minval=0, maxval=9, dtype=tf.int32)
-    window = tf.range(32)
-    rows = offsets[:, :1] + window  # (B, 32)
-    cols = offsets[:, 1:] + window
+    b, h, w = tf.shape(x)[0], x.shape[1], x.shape[2]
+    padded = tf.pad(x, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+    offsets = tf.random.stateless_uniform([b, 2], crop_seed, minval=0, maxval=2 * pad + 1,
+                                          dtype=tf.int32)
+    rows = offsets[:, :1] + tf.range(h)  # (B, H)
+    cols = offsets[:, 1:] + tf.range(w)
     cropped = tf.gather(tf.gather(padded, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
-    flip = tf.random.stateless_uniform([b], flip_seed) < 0.5
-    return tf.where(flip[:, None, None, None], tf.reverse(cropped, axis=[2]), cropped)
+    if not flip:
+        return cropped
+    flips = tf.random.stateless_uniform([b], flip_seed) < 0.5
+    return tf.where(flips[:, None, None, None], tf.reverse(cropped, axis=[2]), cropped)
 
 
 def _eval_dataset(name: str, x: np.ndarray, y: np.ndarray, batch_size: int) -> tf.data.Dataset:
@@ -467,9 +479,9 @@ def _train_dataset(name: str, x: np.ndarray, y: np.ndarray, batch_size: int, ste
 
     def load(epoch: tf.Tensor, step: tf.Tensor, index: tf.Tensor):
         xb = tf.gather(x_all, index)
-        if augment and name == "cifar10":
+        if augment:
             xb = _augment(xb, tf.random.experimental.stateless_fold_in(
-                tf.stack([tf.constant(seed, tf.int64), epoch]), step))
+                tf.stack([tf.constant(seed, tf.int64), epoch]), step), *AUGMENTATION[name])
         return normalize(name, xb), tf.gather(y_all, index)
 
     ds = tf.data.Dataset.range(initial_epoch, epochs).flat_map(epoch_batches)
@@ -486,8 +498,9 @@ def make_datasets(name: str, batch_size: int, seed: int = 0, *, epochs: int = 1,
     The last ``floor(N * validation_split)`` training examples form the validation set; then
     ``limit_train`` keeps the first examples of the rest and ``limit_test`` the first test examples.
     ``steps_per_epoch = train_size // batch_size`` (the last partial batch of each epoch is dropped).
-    Epoch ``e`` visits ``np.random.default_rng([seed, e]).permutation(train_size)``; CIFAR-10 with
-    ``augment`` pads, crops and flips with stateless ops seeded from ``(seed, e, step)``.
+    Epoch ``e`` visits ``np.random.default_rng([seed, e]).permutation(train_size)``; with
+    ``augment``, batches are padded, cropped and (CIFAR-10) flipped as :data:`AUGMENTATION` says,
+    with stateless ops seeded from ``(seed, e, step)``.
     Validation and test batches have ``test_batch_size`` examples (default ``batch_size``).
     """
     _check_name(name)

@@ -456,7 +456,7 @@ def test_validation_split_comes_from_the_end_before_limit_train(tmp_path):
 
 def test_epoch_order_is_the_numpy_permutation_of_seed_and_epoch(tmp_path):
     write_mnist(tmp_path / "d", n_train=50)
-    d = data.make_datasets("mnist", 8, seed=7, epochs=2, data_dir=tmp_path / "d")
+    d = data.make_datasets("mnist", 8, seed=7, epochs=2, augment=False, data_dir=tmp_path / "d")
     a = data.load_arrays("mnist", tmp_path / "d")
     train = batches(d.train)
     for epoch in range(2):
@@ -499,6 +499,24 @@ def test_cifar_augmentation_is_a_padded_crop_or_flip_of_each_image(tmp_path):
         assert crops, "augmented image is not a crop/flip of its source"
         shifted += (4, 4, 0) not in crops
     assert shifted > 16
+
+
+def test_mnist_augmentation_is_a_shift_of_at_most_two_pixels_without_flip(tmp_path):
+    write_mnist(tmp_path / "d", n_train=64)
+    kw = dict(seed=2, epochs=1, data_dir=tmp_path / "d")
+    (xa, ya), = batches(data.make_datasets("mnist", 64, augment=True, **kw).train.take(1))
+    (xp, yp), = batches(data.make_datasets("mnist", 64, augment=False, **kw).train.take(1))
+    np.testing.assert_array_equal(ya, yp)
+    assert xa.shape == xp.shape and not np.allclose(xa, xp)
+    aug, plain = (np.round((z + 1) * 127.5).astype(np.int64) for z in (xa, xp))
+    shifted = 0
+    for a, p in zip(aug, plain):
+        padded = np.pad(p, [(2, 2), (2, 2), (0, 0)])
+        crops = {(dy, dx) for dy in range(5) for dx in range(5)
+                 if np.array_equal(a, padded[dy:dy + 28, dx:dx + 28])}
+        assert crops, "augmented image is not a shifted copy of its source"
+        shifted += (2, 2) not in crops
+    assert shifted > 32
 
 
 def test_keras_fit_with_initial_epoch_consumes_each_epoch_once(tmp_path):
