@@ -8,8 +8,9 @@ Without ``--larq-python`` this is ``bnn bench``. With it, after bnn's runs, the 
 batch sizes and XLA settings are timed in Larq by ``benchmarks/larq_step_time.py`` running in
 that interpreter (an environment with ``larq`` and ``tf-keras``; bnn does not depend on Larq),
 and each result row gains ``larq_binary_ms``, ``larq_float_ms``, ``larq_ratio``,
-``larq_cpu_ratio``, ``bnn_over_larq`` (bnn binary step / Larq binary step, wall time; below 1
-means bnn is faster) and ``bnn_over_larq_cpu`` (the same in process CPU time). bnn and Larq
+``larq_binary_cpu_ms``, ``larq_float_cpu_ms``, ``larq_cpu_ratio``, ``bnn_over_larq`` (bnn binary
+step / Larq binary step, wall time; below 1 means bnn is faster) and ``bnn_over_larq_cpu`` (the
+same in process CPU time). bnn and Larq
 run one after the other, in separate processes, so that last ratio is not interleaved.
 """
 
@@ -54,7 +55,8 @@ def merge(results: dict[str, Any], larq: dict[str, Any]) -> dict[str, Any]:
     for row in results["results"]:
         other = by_key[(row["model"], row["xla"], row["batch_size"])]
         row.update(larq_binary_ms=other["binary_ms"], larq_float_ms=other["float_ms"],
-                   larq_ratio=other["ratio"], larq_cpu_ratio=other["cpu_ratio"],
+                   larq_ratio=other["ratio"], larq_binary_cpu_ms=other["binary_cpu_ms"],
+                   larq_float_cpu_ms=other["float_cpu_ms"], larq_cpu_ratio=other["cpu_ratio"],
                    bnn_over_larq=row["binary_ms"] / other["binary_ms"],
                    bnn_over_larq_cpu=row["binary_cpu_ms"] / other["binary_cpu_ms"])
     results["machine"].update(larq=larq["larq"], larq_tensorflow=larq["tensorflow"])
