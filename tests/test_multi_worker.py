@@ -1,0 +1,109 @@
+"""`training.distribute: multi_worker`: two `bnn train` worker processes on loopback ports train
+one model with Keras fit; only the chief writes the shared run directory."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bnn.config import load_config
+from bnn.training import TrainingError, worker_run_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
+
+CONFIG = {
+    "name": "mw",
+    "dataset": {"name": "mnist", "limit_train": 200, "limit_test": 200},
+    "model": {"name": "binarynet_mlp", "options": {"hidden_units": [32, 32]}},
+    "optimizer": {"name": "adam", "learning_rate": 0.01},
+    "training": {"epochs": 2, "batch_size": 20, "seed": 5, "distribute": "multi_worker",
+                 "xla": False},
+}
+
+
+def tf_config(ports: list[int], index: int, kind: str = "worker") -> str:
+    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                       "task": {"type": kind, "index": index}})
+
+
+def free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "mw.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    return path
+
+
+def test_non_chief_worker_writes_a_temporary_directory_removed_on_exit(
+        config_file, tmp_path, monkeypatch):
+    shared = tmp_path / "run"
+    config = load_config(config_file)
+    monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 1))
+    with worker_run_dir(config, shared) as own:
+        assert own != shared
+        (own / "report.json").write_text("{}")
+    assert not own.exists() and not shared.exists()
+    monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 0))
+    with worker_run_dir(config, shared) as own:
+        assert own == shared
+
+
+def test_chief_task_is_the_chief_even_beside_worker_zero(config_file, tmp_path, monkeypatch):
+    config = load_config(config_file)
+    spec = {"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]}}
+    for task, is_chief in ((("chief", 0), True), (("worker", 0), False)):
+        spec["task"] = {"type": task[0], "index": task[1]}
+        monkeypatch.setenv("TF_CONFIG", json.dumps(spec))
+        with worker_run_dir(config, tmp_path) as own:
+            assert (own == tmp_path) is is_chief
+
+
+def test_missing_tf_config_is_a_clear_error(config_file, tmp_path, monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(TrainingError, match="TF_CONFIG"):
+        with worker_run_dir(load_config(config_file), tmp_path):
+            pass
+
+
+@pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
+                    reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
+def test_two_workers_train_and_only_the_chief_writes_the_run_directory(config_file, tmp_path):
+    run_dir, scratch = tmp_path / "run", tmp_path / "tmp"
+    scratch.mkdir()
+    ports = free_ports(2)
+    workers = []
+    for index in range(2):
+        env = {**os.environ, "TF_CONFIG": tf_config(ports, index), "TMPDIR": str(scratch),
+               "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+        workers.append(subprocess.Popen(
+            [sys.executable, "-m", "bnn.cli", "train", str(config_file), "--output-dir",
+             str(run_dir), "--data-dir", str(DATA_DIR), "--quiet"],
+            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        outputs = [w.communicate(timeout=150)[0] for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+    for w, out in zip(workers, outputs):
+        assert w.returncode == 0, out[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())["binary"]
+    assert report["test_accuracy"] > 0.3  # chance is 0.1
+    assert (run_dir / "binary" / "model.keras").is_file()
+    assert [p.name for p in (run_dir / "binary" / "checkpoints").glob("epoch-*")] != []
+    assert "the chief worker writes" in outputs[1]
+    assert list(scratch.iterdir()) == []  # the non-chief's temporary run directory is gone
