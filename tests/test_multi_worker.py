@@ -19,7 +19,7 @@ DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "dataset
 
 CONFIG = {
     "name": "mw",
-    "dataset": {"name": "mnist", "limit_train": 200, "limit_test": 200},
+    "dataset": {"name": "mnist", "limit_train": 200, "limit_test": 200, "augment": False},
     "model": {"name": "binarynet_mlp", "options": {"hidden_units": [32, 32]}},
     "optimizer": {"name": "adam", "learning_rate": 0.01},
     "training": {"epochs": 2, "batch_size": 20, "seed": 5, "distribute": "multi_worker",
