@@ -10,8 +10,8 @@ that interpreter (an environment with ``larq`` and ``tf-keras``; bnn does not de
 and each result row gains ``larq_binary_ms``, ``larq_float_ms``, ``larq_ratio``,
 ``larq_binary_cpu_ms``, ``larq_float_cpu_ms``, ``larq_cpu_ratio``, ``bnn_over_larq`` (bnn binary
 step / Larq binary step, wall time; below 1 means bnn is faster) and ``bnn_over_larq_cpu`` (the
-same in process CPU time). bnn and Larq
-run one after the other, in separate processes, so that last ratio is not interleaved.
+same in process CPU time). bnn and Larq run one after the other, in separate processes, so
+those two ratios are not interleaved.
 """
 
 from __future__ import annotations
