@@ -31,10 +31,12 @@ from bnn import quantizers
 from bnn.layers import BinaryConv2D, BinaryDense
 from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
 
-__all__ = ["ExportError", "FORMAT_VERSION", "MAGIC", "export_model", "load_packed", "load_any",
+__all__ = ["ExportError", "FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "export_model", "load_packed", "load_any",
            "evaluate"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions this bnn reads: version 1 files are version 2 files without an input encoding.
+READABLE_VERSIONS = (1, 2)
 MAGIC = b"BNNPACK\x00"
 _HEADER = struct.Struct("<8sIQ")
 _DIGEST = 32
@@ -110,7 +112,57 @@ def _threshold_arrays(bn, bias, fan_in: int, where: str) -> dict[str, np.ndarray
     return {"threshold": threshold, "flip": pack_bits(np.where(flip, 1.0, -1.0))}
 
 
-def _model_stages(model: keras.Model, where: str):
+def _integer_threshold_arrays(bn, bias, kernel: np.ndarray, encoding: dict[str, float],
+                              where: str) -> dict[str, np.ndarray]:
+    """Integer thresholds on ``z = u . w`` (uint8 pixels ``u``, ±1 kernel ``w`` (n, units))
+    reproducing ``sign(BN(x . w + bias))`` for ``x = scale * u + offset``.
+
+    The pre-activation is ``float32(scale * z + offset * sum(w))`` (float64, rounded once),
+    plus ``bias``, then the source's float32 batch norm. Every step is monotone in ``z``, so per
+    channel a bisection over ``[-255 n, 255 n]`` finds the first ``z`` whose sign differs from
+    the sign at ``-255 n``: ``bit = (z >= threshold) XOR flip`` with ``flip`` that first sign.
+    """
+    n, units = kernel.shape
+    col_sum = kernel.astype(np.float64).sum(axis=0)
+    norm, eps = _norm_arrays(bn)
+
+    def positive(z: np.ndarray) -> np.ndarray:
+        pre = (encoding["scale"] * z + encoding["offset"] * col_sum).astype(np.float32)
+        if bias is not None:
+            pre = pre + bias
+        y = tf.nn.batch_normalization(pre[None], norm["bn_mean"], norm["bn_variance"],
+                                      norm.get("bn_beta"), norm.get("bn_gamma"), eps)
+        return (y >= 0).numpy()[0]
+
+    low, high = np.full(units, -255 * n, np.int64), np.full(units, 255 * n + 1, np.int64)
+    flip = positive(low)
+    while (high - low > 1).any():  # positive(low) == flip; positive(high) != flip or past the end
+        mid = (low + high) // 2
+        changed = positive(mid) != flip
+        low, high = np.where(changed, low, mid), np.where(changed, mid, high)
+    return {"threshold": high.astype(np.int32), "flip": pack_bits(np.where(flip, 1.0, -1.0))}
+
+
+def _check_encoding(encoding, layer, binarized: bool, where: str) -> dict[str, float]:
+    name = f"{where}: input_encoding"
+    try:
+        scale, offset = (float(v) for v in encoding)
+    except (TypeError, ValueError):
+        raise _fail(name, f"{encoding!r} is not a (scale, offset) pair",
+                    "give e.g. (1 / 127.5, -1.0) for inputs u / 127.5 - 1") from None
+    if not (np.isfinite(scale) and np.isfinite(offset) and scale > 0):
+        raise _fail(name, f"scale {scale} must be positive and finite, offset {offset} finite",
+                    "give the constants of x = scale * u + offset")
+    if not isinstance(layer, BinaryDense) or binarized:
+        raise _fail(name, f"first layer {layer.name!r} is not a BinaryDense with real inputs",
+                    "export without input_encoding")
+    if 255 * int(layer.kernel.shape[0]) >= 2**24:
+        raise _fail(name, f"first layer {layer.name!r} has {layer.kernel.shape[0]} inputs, too "
+                    "many for exact float32 sums of pixels", "export without input_encoding")
+    return {"scale": scale, "offset": offset}
+
+
+def _model_stages(model: keras.Model, where: str, input_encoding=None):
     if not isinstance(model, keras.Sequential):
         raise _fail(where, f"model {model.name!r} is not a keras.Sequential chain",
                     f"export supports Sequential models built from {_SUPPORTED}")
@@ -132,6 +184,11 @@ def _model_stages(model: keras.Model, where: str):
         units = int(kernel.shape[-1])
         spec: dict[str, Any] = {"layer": layer.name, "input": "packed" if packed else "real",
                                 "input_shape": list(shape), "units": units, "pool": None}
+        encoding = None
+        if input_encoding is not None and not stages:
+            encoding = _check_encoding(input_encoding, layer, binarized, where)
+            spec["input"] = "uint8"
+            signs = kernel.reshape(-1, units)
         if binarized and not packed:
             spec["binarize_input"] = True
         if isinstance(layer, BinaryDense):
@@ -158,7 +215,9 @@ def _model_stages(model: keras.Model, where: str):
         stage_arrays = {"kernel": kernel}
         bias = None
         if layer.use_bias:
-            bias = stage_arrays["bias"] = np.asarray(layer.bias.numpy(), np.float32)
+            bias = np.asarray(layer.bias.numpy(), np.float32)
+            if encoding is None:  # an integer first stage folds its bias into the threshold
+                stage_arrays["bias"] = bias
         out_shape = (units,) if spec["op"] == "dense" else tuple(
             int(d) for d in layer.compute_output_shape((1, *shape))[1:])
         i += 1
@@ -181,7 +240,12 @@ def _model_stages(model: keras.Model, where: str):
                         "export supports batch norm over the last (channel) axis")
         i += 1
         spec["output"] = "logits" if i == len(layers) else "bits"
-        if spec["output"] == "bits" and packed:
+        if encoding is not None:
+            if spec["output"] == "logits":
+                raise _fail(f"{where}: input_encoding", "the model has a single binary layer",
+                            "export without input_encoding")
+            stage_arrays.update(_integer_threshold_arrays(bn, bias, signs, encoding, where))
+        elif spec["output"] == "bits" and packed:
             stage_arrays.update(_threshold_arrays(bn, bias, fan_in, where))
         else:
             norm, spec["bn_epsilon"] = _norm_arrays(bn)
@@ -191,7 +255,10 @@ def _model_stages(model: keras.Model, where: str):
         shape, packed = out_shape, True
     if not stages:
         raise _fail(where, "the model has no binary layers", f"supported: {_SUPPORTED}")
-    return input_shape, stages, arrays
+    encoding = None
+    if input_encoding is not None:
+        encoding = {"scale": float(input_encoding[0]), "offset": float(input_encoding[1])}
+    return input_shape, stages, arrays, encoding
 
 
 # ---- file format -----------------------------------------------------------------------------
@@ -219,8 +286,11 @@ def _deserialize(data: bytes, where: str):
     if magic != MAGIC:
         raise _fail(where, "not a bnn packed model (bad magic bytes)",
                     "give a file written by bnn export")
-    if version != FORMAT_VERSION:
-        raise _fail(where, f"format version {version}, this bnn reads version {FORMAT_VERSION}",
+    if version not in READABLE_VERSIONS:
+        newer = version > FORMAT_VERSION
+        raise _fail(where, f"format version {version}, this bnn reads versions "
+                    f"{', '.join(map(str, READABLE_VERSIONS))}",
+                    "upgrade bnn to read it" if newer else
                     "re-export the model with this version of bnn")
     if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
         raise _fail(where, "checksum mismatch (the file is truncated or corrupted)",
@@ -259,13 +329,19 @@ def _load_keras(path: Path) -> keras.Model:
                     "give a .keras file saved by bnn") from None
 
 
-def export_model(source: str | Path | keras.Model, output: str | Path) -> dict[str, Any]:
+def export_model(source: str | Path | keras.Model, output: str | Path,
+                 input_encoding: tuple[float, float] | None = None) -> dict[str, Any]:
     """Exports a binary Keras model to a packed ``.bnn`` file.
 
     Args:
         source: a ``.keras`` file, a run directory (``RUN_DIR/binary/model.keras`` is used), or
             a ``keras.Model``.
         output: the ``.bnn`` file to write.
+        input_encoding: ``(scale, offset)`` when the model's inputs are ``x = scale * u +
+            offset`` for uint8 pixels ``u`` (MNIST in bnn.data: ``(1 / 127.5, -1.0)``). The
+            first layer (a ``BinaryDense`` with real inputs) then runs on exact integer
+            products ``u . w``, its batch norm and sign folded into integer thresholds, and
+            the packed model accepts uint8 pixels (or inputs normalized the same way).
 
     Returns:
         A summary: ``output``, ``bytes`` (file size), ``float32_bytes`` (4 bytes per parameter
@@ -284,9 +360,9 @@ def export_model(source: str | Path | keras.Model, output: str | Path) -> dict[s
         if not path.is_file():
             raise _fail(path, "no such file", "give a .keras file or a run directory")
         model, where = _load_keras(path), str(path)
-    input_shape, stages, arrays = _model_stages(model, where)
+    input_shape, stages, arrays, encoding = _model_stages(model, where, input_encoding)
     manifest = {"format": "bnn-packed", "model": model.name, "input_shape": list(input_shape),
-                "word_bits": 64, "stages": stages}
+                "word_bits": 64, "stages": stages, "input_encoding": encoding}
     data = _serialize(manifest, arrays)
     output = Path(output)
     try:
@@ -296,6 +372,7 @@ def export_model(source: str | Path | keras.Model, output: str | Path) -> dict[s
     float_bytes = 4 * int(model.count_params())
     return {"output": str(output), "bytes": len(data), "float32_bytes": float_bytes,
             "compression": float_bytes / len(data), "format_version": FORMAT_VERSION,
+            "input_encoding": encoding,
             "stages": [{"layer": s["layer"], "op": s["op"], "input": s["input"],
                         "output": s["output"], "pool": s["pool"]} for s in stages]}
 
@@ -314,7 +391,8 @@ def load_packed(path: str | Path) -> PackedModel:
         raise _fail(path, f"cannot read ({error.strerror})", "check the path") from None
     manifest, arrays = _deserialize(data, str(path))
     try:
-        return PackedModel(manifest["stages"], arrays, manifest["input_shape"])
+        return PackedModel(manifest["stages"], arrays, manifest["input_shape"],
+                           manifest.get("input_encoding"))
     except (ValueError, KeyError, TypeError) as error:
         raise _fail(path, f"inconsistent stages ({error})", "re-export the model") from None
 

@@ -14,6 +14,13 @@ Hidden stages end in ``sign`` and hand packed bits to the next stage; the batch 
 sign of a stage with packed input fold into one integer threshold per channel (see
 :func:`fold_sign_threshold`), so those stages do no float math at all. The first stage (real
 inputs, binary kernel) and the last stage (batch normalization giving the logits) run in float32.
+
+A first dense stage exported with an *input encoding* (inputs ``x = scale * u + offset`` for
+integer pixels ``u`` in [0, 255]) takes ``u`` instead: ``x . w = scale * (u . w) + offset *
+sum(w)``, and the integer ``u . w`` is computed exactly (``|u . w| <= 255 n < 2**24``), by an
+int8 oneDNN (VNNI) product for batches of ``LARGE_BATCH`` or more, else by a float32 product of
+the integer-valued ``u`` inside XLA; both give the same integers. Its batch norm and sign are
+folded into an integer threshold on ``u . w``, like a hidden stage.
 """
 
 from __future__ import annotations
@@ -24,9 +31,12 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
-           "PackedModel", "WORD_BITS"]
+           "int8_matmul_available", "PackedModel", "WORD_BITS", "LARGE_BATCH"]
 
 WORD_BITS = 64
+#: Batches of at least this many examples run the int8 oneDNN first layer (when available) and
+#: split the XLA part into two halves that run concurrently; smaller batches run one XLA call.
+LARGE_BATCH = 16
 _BLOCK_WORDS = 4
 _WORD_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
@@ -164,6 +174,7 @@ class _Stage(tf.Module):
         super().__init__(name=None)
         self.spec = spec
         self.op, self.packed_in = spec["op"], spec["input"] == "packed"
+        self.integer_in = spec["input"] == "uint8"
         self.in_shape = tuple(spec["input_shape"])
         self.units = int(spec["units"])
         self.pool = tuple(spec["pool"]) if spec.get("pool") else None
@@ -180,7 +191,9 @@ class _Stage(tf.Module):
             self.kernel = tf.Variable(unpack_bits(arrays["kernel"], n, axis=axis),
                                       trainable=False, name="kernel")
         self.bias = const("bias", tf.float32) if "bias" in arrays else None
-        if self.output == "bits" and self.packed_in:
+        if self.integer_in:  # exact integer products u . w: int8 kernel for oneDNN
+            self.kernel_int8 = self.kernel.numpy().astype(np.int8)
+        if self.output == "bits" and (self.packed_in or self.integer_in):
             self.threshold = const("threshold", tf.int32)
             self.flip = const("flip", tf.int64)
         else:
@@ -266,11 +279,25 @@ class _Stage(tf.Module):
         return tf.nn.batch_normalization(x, self.mean, self.variance, self.beta, self.gamma,
                                          self.eps)
 
+    def integer_product(self, u: tf.Tensor) -> tf.Tensor:
+        """Exact int32 ``u . w`` for uint8 ``u`` (batch, n) by oneDNN's int8 (u8 x s8 -> s32)
+        inner product. The kernel is a graph constant, so oneDNN reorders it once, not per call."""
+        out = tf.raw_ops.QuantizedMatMulWithBias(
+            a=tf.bitcast(tf.reshape(u, [-1, self.kernel_int8.shape[0]]), tf.quint8),
+            b=tf.constant(self.kernel_int8, tf.qint8),
+            bias=tf.constant(np.zeros(self.units, np.int32), tf.qint32),
+            min_a=0.0, max_a=255.0, min_b=-127.0, max_b=127.0, Toutput=tf.qint32)[0]
+        return tf.bitcast(out, tf.int32)
+
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         if self.spec.get("binarize_input"):
             x = tf.where(x >= 0, 1.0, -1.0)
-        a = self._linear(x)
-        if self.packed_in and self.output == "bits":
+        if self.integer_in:  # uint8 pixels, or their int32 products from integer_product
+            a = x if x.dtype == tf.int32 else tf.cast(
+                self._linear(tf.cast(x, tf.float32)), tf.int32)  # exact: sums < 2**24
+        else:
+            a = self._linear(x)
+        if (self.packed_in or self.integer_in) and self.output == "bits":
             words = _pack_tf(a >= self.threshold, self.units)
             if self.pool:
                 words = self._pool_or(words)
@@ -284,6 +311,36 @@ class _Stage(tf.Module):
         return _pack_tf(y >= 0, self.units) if self.output == "bits" else y
 
 
+def int8_matmul_available() -> bool:
+    """Whether this TensorFlow runs ``QuantizedMatMulWithBias`` (oneDNN builds, the default on
+    x86 Linux; not with ``TF_ENABLE_ONEDNN_OPTS=0``) and it returns exact int32 products."""
+    global _INT8_MATMUL
+    if _INT8_MATMUL is None:
+        u = np.arange(12, dtype=np.uint8).reshape(2, 6) * 21
+        w = np.where(np.arange(18).reshape(6, 3) % 4 == 1, 1, -1).astype(np.int8)
+        try:
+            out = tf.raw_ops.QuantizedMatMulWithBias(
+                a=tf.bitcast(tf.constant(u), tf.quint8), b=tf.bitcast(tf.constant(w), tf.qint8),
+                bias=tf.zeros([3], tf.qint32), min_a=0.0, max_a=255.0, min_b=-127.0,
+                max_b=127.0, Toutput=tf.qint32)[0]
+            _INT8_MATMUL = bool(np.array_equal(tf.bitcast(out, tf.int32).numpy(),
+                                               u.astype(np.int64) @ w))
+        except (tf.errors.OpError, TypeError, ValueError):
+            _INT8_MATMUL = False
+    return _INT8_MATMUL
+
+
+_INT8_MATMUL: bool | None = None
+
+
+class _Dispatch:
+    """Concrete functions by input dtype name, for small and large batches (kept outside
+    TensorFlow's object tracking, so SavedModel export saves only the serving signature)."""
+
+    def __init__(self, small: dict[str, Any], large: dict[str, Any]):
+        self.small, self.large = small, large
+
+
 class PackedModel(tf.Module):
     """A compiled TensorFlow inference graph over exported stages (see the module docstring).
 
@@ -291,40 +348,97 @@ class PackedModel(tf.Module):
         stages: stage specs (the ``"stages"`` of an export manifest).
         arrays: per stage, its named arrays (kernels, thresholds, batch-norm parameters).
         input_shape: the shape of one input example, without the batch axis.
+        input_encoding: ``{"scale": s, "offset": o}`` when the first stage takes uint8 pixels
+            ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
+
+    Calls dispatch to concrete functions chosen by batch size and input dtype (no retracing, no
+    per-call Python work per layer): batches under :data:`LARGE_BATCH` run one XLA call;
+    larger ones run the int8 first layer (when :func:`int8_matmul_available`) and the rest as
+    two XLA calls on the two halves of the batch, which TensorFlow runs concurrently. All paths
+    compute the same integers, so they give identical logits.
     """
 
     def __init__(self, stages: Sequence[dict[str, Any]],
-                 arrays: Sequence[dict[str, np.ndarray]], input_shape: Sequence[int]):
+                 arrays: Sequence[dict[str, np.ndarray]], input_shape: Sequence[int],
+                 input_encoding: dict[str, float] | None = None):
         super().__init__(name="packed_model")
         self.input_shape = tuple(int(d) for d in input_shape)
+        self.input_encoding = dict(input_encoding) if input_encoding else None
         self.stages = [_Stage(spec, arr) for spec, arr in zip(stages, arrays)]
-        self._call = tf.function(
-            self._forward, jit_compile=True,
-            input_signature=[tf.TensorSpec([None, *self.input_shape], tf.float32)])
-        self.serve = tf.function(
-            self._forward,
-            input_signature=[tf.TensorSpec([None, *self.input_shape], tf.float32)])
+        integer = self.stages[0].integer_in
+        if integer != (self.input_encoding is not None):
+            raise ValueError("the first stage takes uint8 inputs exactly when the model has an "
+                             "input encoding")
+        in_dtype = tf.uint8 if integer else tf.float32
+        body_in = tf.TensorSpec([None, *self.input_shape], in_dtype)
+        self._body = tf.function(self._forward, jit_compile=True, input_signature=[body_in])
+        self._int8 = integer and int8_matmul_available()
+        if self._int8:
+            z_spec = tf.TensorSpec([None, self.stages[0].units], tf.int32)
+            self._body_z = tf.function(self._forward, jit_compile=True, input_signature=[z_spec])
+        float_in = tf.TensorSpec([None, *self.input_shape], tf.float32)
+        small = {in_dtype.name: self._body.get_concrete_function()}
+        large = {in_dtype.name: tf.function(self._large_batch, input_signature=[body_in])
+                 .get_concrete_function()}
+        if integer:  # float inputs: encode to pixels in the graph first
+            small["float32"] = tf.function(lambda x: self._body(self._encode(x)),
+                                           input_signature=[float_in]).get_concrete_function()
+            large["float32"] = tf.function(lambda x: self._large_batch(self._encode(x)),
+                                           input_signature=[float_in]).get_concrete_function()
+        self._dispatch = _Dispatch(small, large)
+        self.serve = tf.function(small["float32"], input_signature=[float_in])
 
     def _forward(self, x: tf.Tensor) -> tf.Tensor:
         for stage in self.stages:
             x = stage(x)
         return x
 
+    def _encode(self, x: tf.Tensor) -> tf.Tensor:
+        """float ``x = scale * u + offset`` -> uint8 ``u = round((x - offset) / scale)``."""
+        u = tf.round((x - self.input_encoding["offset"]) / self.input_encoding["scale"])
+        return tf.cast(tf.clip_by_value(u, 0.0, 255.0), tf.uint8)
+
+    def _large_batch(self, x: tf.Tensor) -> tf.Tensor:
+        body = self._body
+        if self._int8:
+            x, body = self.stages[0].integer_product(x), self._body_z
+        half = tf.shape(x)[0] // 2
+        return tf.concat([body(x[:half]), body(x[half:])], axis=0)
+
     def __call__(self, x) -> tf.Tensor:
-        """float32 logits ``(batch, classes)`` for a batch of normalized inputs."""
-        return self._call(tf.convert_to_tensor(x, tf.float32))
+        """float32 logits ``(batch, classes)`` for a batch of normalized float32 inputs, or, for
+        a model with an input encoding, of uint8 pixels."""
+        x = tf.convert_to_tensor(x)
+        if x.dtype != tf.uint8 or self.input_encoding is None:
+            x = tf.cast(x, tf.float32)
+        functions = self._dispatch.large if x.shape[0] >= LARGE_BATCH else self._dispatch.small
+        return functions[x.dtype.name](x)
 
     def predict(self, x, batch_size: int = 256) -> np.ndarray:
-        """Logits for ``x`` (numpy or tensor), computed ``batch_size`` examples at a time."""
-        x = np.asarray(x, np.float32)
+        """Logits for ``x`` (numpy or tensor), computed ``batch_size`` examples at a time.
+
+        ``x`` holds normalized float inputs or, for a model with an input encoding, uint8
+        pixels; float inputs of such a model must lie on its pixel grid ``scale * u + offset``.
+        """
+        x = np.asarray(x)
+        if x.dtype != np.uint8 or self.input_encoding is None:
+            x = x.astype(np.float32)
         if x.shape[1:] != self.input_shape:
             raise ValueError(f"inputs have shape {x.shape[1:]} per example but the packed model "
                              f"expects {self.input_shape}; reshape or normalize the data first")
+        if self.input_encoding is not None and x.dtype == np.float32 and x.size:
+            scale, offset = self.input_encoding["scale"], self.input_encoding["offset"]
+            u = np.clip(np.rint((x - offset) / scale), 0, 255)
+            error = float(np.abs(u * scale + offset - x).max())
+            if error > 1e-3 * abs(scale):
+                raise ValueError(f"inputs are not pixels u in [0, 255] normalized as "
+                                 f"{scale:.6g} * u + {offset:.6g} (off by up to {error:.3g}); "
+                                 "pass the uint8 pixels or inputs normalized the same way")
         parts = [self(x[i:i + batch_size]).numpy() for i in range(0, len(x), batch_size)]
         return np.concatenate(parts) if parts else np.zeros((0, self.stages[-1].units), np.float32)
 
     def save_savedmodel(self, path: str) -> None:
         """Writes a TensorFlow SavedModel whose ``serving_default`` signature maps float32
-        inputs ``(batch, *input_shape)`` to logits."""
+        inputs ``(batch, *input_shape)`` to logits (one XLA call per batch)."""
         tf.saved_model.save(self, str(path),
                             signatures={"serving_default": self.serve.get_concrete_function()})

@@ -11,6 +11,7 @@ import tensorflow as tf
 from bnn import models
 from bnn.export import (FORMAT_VERSION, ExportError, evaluate, export_model, load_any,
                         load_packed)
+from bnn.packing import LARGE_BATCH
 from bnn.layers import BinaryConv2D, BinaryDense
 
 
@@ -126,8 +127,10 @@ def _corrupt(path, tmp_path, how):
         data = data[: len(data) // 2]
     elif how == "flipped byte":
         data[len(data) // 2] ^= 0x10
-    elif how == "wrong version":
+    elif how == "newer version":
         struct.pack_into("<I", data, 8, FORMAT_VERSION + 1)
+    elif how == "version 0":
+        struct.pack_into("<I", data, 8, 0)
     elif how == "wrong magic":
         data[:8] = b"NOTABNN!"
     bad = tmp_path / "bad.bnn"
@@ -137,7 +140,9 @@ def _corrupt(path, tmp_path, how):
 
 @pytest.mark.parametrize("how, message", [("truncated", "checksum mismatch"),
                                           ("flipped byte", "checksum mismatch"),
-                                          ("wrong version", "format version 2"),
+                                          ("newer version",
+                                           f"version {FORMAT_VERSION + 1}.*upgrade bnn"),
+                                          ("version 0", "version 0.*re-export"),
                                           ("wrong magic", "bad magic")])
 def test_damaged_files_raise_export_error(exported, tmp_path, how, message):
     _, path, _, _ = exported
