@@ -128,9 +128,13 @@ def swish_sign(x: tf.Tensor, beta: float = 5.0) -> tf.Tensor:
     @tf.custom_gradient
     def _op(x):
         def grad(dy):
+            # beyond |beta x| = 30 the pseudo-gradient is below 1e-11: zero, and no inf/inf
+            limit = tf.cast(30.0 / beta, x.dtype)
+            inside = tf.abs(x) < limit
             b = tf.cast(beta, x.dtype)
-            bx = b * x
-            return dy * b * (2.0 - bx * tf.tanh(bx / 2.0)) / (1.0 + tf.cosh(bx))
+            bx = b * tf.clip_by_value(x, -limit, limit)
+            g = b * (2.0 - bx * tf.tanh(bx / 2.0)) / (1.0 + tf.cosh(bx))
+            return dy * tf.where(inside, g, tf.zeros_like(g))
 
         return _sign(x), grad
 
@@ -148,7 +152,10 @@ def magnitude_aware_sign(x: tf.Tensor, clip_value: float = 1.0) -> tf.Tensor:
     """
     x = tf.convert_to_tensor(x)
     axes = list(range(len(x.shape) - 1))
-    scale = tf.stop_gradient(tf.reduce_mean(tf.abs(x), axis=axes))
+    # 16-bit inputs are averaged in float32, so that float16 values near 65504 do not overflow
+    wide = tf.float32 if x.dtype.size < 4 else x.dtype
+    scale = tf.reduce_mean(tf.abs(tf.cast(x, wide)), axis=axes)
+    scale = tf.stop_gradient(tf.cast(scale, x.dtype))
     return ste_sign(x, clip_value) * scale
 
 
