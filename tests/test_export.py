@@ -184,3 +184,105 @@ def test_unsupported_models_raise_export_error_naming_the_problem(tmp_path, buil
     with pytest.raises(ExportError, match=message):
         export_model(build(), tmp_path / "x.bnn")
     assert not (tmp_path / "x.bnn").exists()
+
+
+# ---- uint8 input encoding: exact integer first layer -------------------------------------------
+
+MNIST_ENCODING = (1 / 127.5, -1.0)
+
+
+@pytest.fixture(scope="module")
+def encoded(tmp_path_factory):
+    rng = np.random.default_rng(11)
+    model = models.build("binarynet_mlp", hidden_units=(96, 64), input_shape=(28, 28, 1))
+    _randomize_norms(model, rng)
+    for layer in model.layers:  # first-layer pre-activations span about +-30: scale BN to it
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.moving_mean.shape[0] == 96:
+            layer.moving_mean.assign(rng.normal(0, 10, 96))
+            layer.moving_variance.assign(rng.uniform(50, 300, 96))
+    path = tmp_path_factory.mktemp("encoded") / "mlp.bnn"
+    summary = export_model(model, path, input_encoding=MNIST_ENCODING)
+    pixels = rng.integers(0, 256, (2 * LARGE_BATCH + 3, 28, 28, 1)).astype(np.uint8)
+    x = (pixels.astype(np.float32) * np.float32(MNIST_ENCODING[0]) - 1.0).astype(np.float32)
+    return model, path, summary, pixels, x
+
+
+def test_encoded_model_reproduces_keras_from_pixels_and_normalized_inputs(encoded):
+    model, path, summary, pixels, x = encoded
+    assert summary["input_encoding"] == {"scale": MNIST_ENCODING[0], "offset": -1.0}
+    packed = load_packed(path)
+    expected = model(x, training=False).numpy()
+    from_pixels = packed.predict(pixels, batch_size=len(pixels))
+    np.testing.assert_array_equal(from_pixels.argmax(-1), expected.argmax(-1))
+    np.testing.assert_allclose(from_pixels, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(packed.predict(x, batch_size=len(x)), from_pixels)
+
+
+def test_every_batch_path_gives_identical_logits(encoded, monkeypatch):
+    _, path, _, pixels, _ = encoded
+    packed = load_packed(path)
+    large = packed(pixels).numpy()  # int8 oneDNN product (when available), two XLA halves
+    small = np.concatenate([packed(pixels[i:i + 5]).numpy() for i in range(0, len(pixels), 5)])
+    one = np.concatenate([packed(pixels[i:i + 1]).numpy() for i in range(9)])  # bit planes
+    np.testing.assert_array_equal(small, large)
+    np.testing.assert_array_equal(one, large[:9])
+    monkeypatch.setattr("bnn.packing._INT8_MATMUL", False)  # TensorFlow without oneDNN
+    np.testing.assert_array_equal(load_packed(path)(pixels).numpy(), large)
+
+
+def test_int8_and_bit_plane_products_are_exact(encoded):
+    from bnn.packing import int8_matmul_available
+    _, path, _, pixels, _ = encoded
+    stage = load_packed(path).stages[0]
+    u = pixels.reshape(len(pixels), -1)
+    expected = u.astype(np.int64) @ stage.kernel_int8.astype(np.int64)
+    extreme = np.array([np.full(784, 255), np.zeros(784)], np.uint8)  # largest magnitudes, zero
+    np.testing.assert_array_equal(stage.bitplane_product(tf.constant(u[:1])).numpy(),
+                                  expected[:1])
+    np.testing.assert_array_equal(stage.bitplane_product(tf.constant(extreme[:1])).numpy()[0],
+                                  255 * stage.kernel_int8.sum(0))
+    if int8_matmul_available():
+        np.testing.assert_array_equal(stage.integer_product(tf.constant(u)).numpy(), expected)
+        np.testing.assert_array_equal(stage.integer_product(tf.constant(extreme)).numpy()[0],
+                                      255 * stage.kernel_int8.sum(0))
+
+
+def test_integer_thresholds_match_the_float_decision_at_every_product(encoded):
+    model, path, _, _, _ = encoded
+    from bnn.export import _integer_threshold_arrays
+    from bnn.packing import unpack_bits
+    layer, bn = model.layers[1], model.layers[2]
+    kernel = layer.binary_kernel().numpy()
+    arrays = _integer_threshold_arrays(bn, None, kernel, {"scale": MNIST_ENCODING[0],
+                                                          "offset": -1.0}, "test")
+    z = np.arange(-255 * 784, 255 * 784 + 1, 97)[:, None]
+    pre = (MNIST_ENCODING[0] * z - kernel.sum(0)).astype(np.float32)
+    expected = bn(tf.constant(pre), training=False).numpy() >= 0
+    flip = unpack_bits(arrays["flip"], kernel.shape[1]) > 0
+    np.testing.assert_array_equal((z >= arrays["threshold"]) ^ flip, expected)
+
+
+def test_off_grid_inputs_of_an_encoded_model_raise(encoded):
+    _, path, _, _, x = encoded
+    with pytest.raises(ValueError, match="not pixels u in \\[0, 255\\]"):
+        load_packed(path).predict(x + 0.001)
+
+
+@pytest.mark.parametrize("build, encoding, message", [
+    (lambda: _small("vgg"), MNIST_ENCODING, "is not a BinaryDense with real inputs"),
+    (lambda: _small("mlp"), (0.0, 1.0), "scale 0.0 must be positive"),
+    (lambda: _small("mlp"), "mnist", "is not a \\(scale, offset\\) pair"),
+])
+def test_bad_input_encodings_raise_export_error(tmp_path, build, encoding, message):
+    with pytest.raises(ExportError, match=message):
+        export_model(build(), tmp_path / "x.bnn", input_encoding=encoding)
+
+
+def test_version_1_files_still_load(exported, tmp_path):
+    import hashlib
+    model, path, _, x = exported
+    data = bytearray(path.read_bytes()[:-32])
+    struct.pack_into("<I", data, 8, 1)
+    old = tmp_path / "v1.bnn"
+    old.write_bytes(bytes(data) + hashlib.sha256(bytes(data)).digest())
+    np.testing.assert_array_equal(load_packed(old).predict(x), load_packed(path).predict(x))
