@@ -1,36 +1,22 @@
 """The command line around a trained run: export, evaluate, predict, summary, bench."""
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from bnn.cli import main
+from support import DATA_DIR, ROOT, needs_mnist, run_cli, tiny_config, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
-needs_mnist = pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
-                                 reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
-
-TINY = {
-    "name": "tiny",
-    "dataset": {"name": "mnist", "limit_train": 1000, "limit_test": 300},
-    "model": {"name": "binarynet_mlp", "options": {"hidden_units": [64, 64]}},
-    "optimizer": {"name": "adam", "learning_rate": 0.01},
-    "training": {"epochs": 1, "batch_size": 50, "xla": False},
-}
+TINY = tiny_config(epochs=1, limit_train=1000)
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cli")
-    config = tmp / "tiny.yaml"
-    config.write_text(yaml.safe_dump(TINY))
-    assert main(["train", str(config), "--output-dir", str(tmp / "run"), "--quiet",
-                 "--data-dir", str(DATA_DIR)]) == 0
+    config = write_config(tmp / "tiny.yaml", TINY)
+    assert run_cli("train", config, "--output-dir", tmp / "run") == 0
     return tmp / "run"
 
 

@@ -20,6 +20,6 @@ def test_mirrored_training_on_two_cpus_matches_single_device(tmp_path):
         assert run_cli("train", path, "--output-dir", run_dir) == 0
         results[distribute] = json.loads((run_dir / "report.json").read_text())["binary"]
     single, mirrored = results["none"], results["mirrored"]
-    assert mirrored["test_accuracy"] > 0.3
+    assert mirrored["test_accuracy"] > 0.2  # chance is 0.1
     assert mirrored["test_loss"] == pytest.approx(single["test_loss"], rel=0.05)
     assert mirrored["test_accuracy"] == pytest.approx(single["test_accuracy"], abs=0.05)

@@ -10,33 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from bnn import callbacks
 from bnn.cli import main
 from bnn.rundir import Checkpoints, RunDirError, RunLock, atomic_write
+from support import DATA_DIR, needs_mnist, run_cli, tiny_config, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
-needs_mnist = pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
-                                 reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
-
-TINY = {
-    "name": "tiny",
-    "dataset": {"name": "mnist", "limit_train": 400, "limit_test": 200},
-    "model": {"name": "binarynet_mlp", "options": {"hidden_units": [64, 64]}},
-    "optimizer": {"name": "adam", "learning_rate": 0.01},
-    "training": {"epochs": 2, "batch_size": 50, "seed": 5, "deterministic": True, "xla": False},
-}
-
-
-def write_config(path: Path, config: dict) -> Path:
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def run_cli(*args) -> int:
-    return main([str(a) for a in args] + ["--data-dir", str(DATA_DIR), "--quiet"])
+TINY = tiny_config(seed=5)
 
 
 def binary_report(run_dir: Path) -> dict:

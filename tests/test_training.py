@@ -2,7 +2,6 @@
 TensorBoard logs (read back through a real TensorBoard server) and report.json."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -15,29 +14,10 @@ import pytest
 import yaml
 
 from bnn.cli import main
+from support import needs_mnist, run_cli, tiny_config, write_config
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
-pytestmark = pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
-                                reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
-
-TINY = {
-    "name": "tiny",
-    "dataset": {"name": "mnist", "limit_train": 400, "limit_test": 200},
-    "model": {"name": "binarynet_mlp", "options": {"hidden_units": [64, 64]}},
-    "optimizer": {"name": "adam", "learning_rate": 0.01},
-    "training": {"epochs": 2, "batch_size": 50, "seed": 3, "deterministic": True,
-                 "xla": False},
-}
-
-
-def write_config(path: Path, config: dict) -> Path:
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def run_cli(*args) -> int:
-    return main([str(a) for a in args] + ["--data-dir", str(DATA_DIR), "--quiet"])
+pytestmark = needs_mnist
+TINY = tiny_config(seed=3)
 
 
 @pytest.fixture(scope="module")
