@@ -2,13 +2,16 @@
 
     python benchmarks/inference.py [--quick] [--json PATH]
 
-For the BinaryNet MLP (784-3x2048-10) and VGG-small (32x32x3) it times, at batch 1 and 100,
-the packed model and the float twin (Keras, in a ``tf.function``, with and without XLA),
-in interleaved timed blocks after warm-up, and reports medians over blocks of the per-call
-time and the speed-up over the faster float variant. It also reports the .bnn size against
-the float twin's saved weights (``.weights.h5``), and, when MNIST is available
+For the BinaryNet MLP (784-3x2048-10, exported with the MNIST input encoding: exact integer
+first layer) and VGG-small (32x32x3) it times, at batch 1 and 100, the packed model and the
+float twin (Keras, in a ``tf.function``, with and without XLA), all fed the same normalized
+float32 inputs (MLP inputs are random pixels ``u / 127.5 - 1``; the packed MLP is also timed on
+the uint8 pixels), in interleaved timed blocks after warm-up, and reports medians over blocks
+of the per-call time and the speed-up over the faster float variant. It also reports the .bnn
+size against the float twin's saved weights (``.weights.h5``), and, when MNIST is available
 (``BNN_DATA_DIR``, default /work/shared/datasets), fits the binary MLP for one epoch and
-counts the test images on which the packed model's class equals the Keras model's.
+counts the test images on which the packed model's class equals the Keras model's, exported
+with and without the input encoding.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ ARCHITECTURES = {
     "mlp": ("binarynet_mlp", {}, (28, 28, 1)),
     "vgg_small": ("vgg_small", {}, (32, 32, 3)),
 }
+#: MNIST normalization of bnn.data: x = u / 127.5 - 1 for uint8 pixels u.
+MNIST_ENCODING = (1 / 127.5, -1.0)
 
 
 def _timed_block(fn, x, reps: int) -> float:
@@ -75,16 +80,18 @@ def mnist_agreement(data_dir: Path, work: Path, quick: bool) -> dict | None:
     if not (data_dir / "mnist.npz").is_file():
         return None
     model, x_test, y_test = _fit_mnist_mlp(data_dir, quick)
-    export_model(model, work / "mnist_mlp.bnn")
-    packed = load_packed(work / "mnist_mlp.bnn").predict(x_test, batch_size=500)
     reference = model.predict(x_test, batch_size=500, verbose=0)
-    same = packed.argmax(-1) == reference.argmax(-1)
-    return {"examples": int(len(x_test)), "class_agreement": float(same.mean()),
-            "disagreements": int((~same).sum()),
-            "max_abs_logit_difference": float(np.abs(packed - reference).max()),
-            "keras_accuracy": float((reference.argmax(-1) == y_test).mean()),
-            "packed_accuracy": float((packed.argmax(-1) == y_test).mean()),
-            "train_examples": 6000 if quick else 60000}
+    result = {"examples": int(len(x_test)), "train_examples": 6000 if quick else 60000,
+              "keras_accuracy": float((reference.argmax(-1) == y_test).mean())}
+    for key, encoding in (("integer_first_layer", MNIST_ENCODING), ("float_first_layer", None)):
+        export_model(model, work / "mnist_mlp.bnn", input_encoding=encoding)
+        packed = load_packed(work / "mnist_mlp.bnn").predict(x_test, batch_size=500)
+        same = packed.argmax(-1) == reference.argmax(-1)
+        result[key] = {"class_agreement": float(same.mean()),
+                       "disagreements": int((~same).sum()),
+                       "max_abs_logit_difference": float(np.abs(packed - reference).max()),
+                       "packed_accuracy": float((packed.argmax(-1) == y_test).mean())}
+    return result
 
 
 def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
@@ -92,23 +99,30 @@ def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
     binary = models.build(name, "binary", input_shape=input_shape, **options)
     twin = models.build(name, "float", input_shape=input_shape, **options)
     bnn_path, weights_path = work / f"{key}.bnn", work / f"{key}_float.weights.h5"
-    summary = export_model(binary, bnn_path)
+    encoding = MNIST_ENCODING if key == "mlp" else None
+    summary = export_model(binary, bnn_path, input_encoding=encoding)
     twin.save_weights(weights_path)
     packed = load_packed(bnn_path)
     float_graph = tf.function(lambda x: twin(x, training=False))
-    float_xla = tf.function(lambda x: twin(x, training=False), jit_compile=True)
+    float_xla = tf.function(lambda inputs: twin(inputs, training=False), jit_compile=True)
     result = {"bnn_bytes": summary["bytes"], "float_weights_bytes": weights_path.stat().st_size,
               "batches": {}}
     result["size_ratio"] = result["float_weights_bytes"] / result["bnn_bytes"]
     rng = np.random.default_rng(0)
     for batch in (1, 100):
-        x = tf.constant(rng.uniform(-1, 1, (batch, *input_shape)).astype(np.float32))
+        if encoding:
+            pixels = tf.constant(rng.integers(0, 256, (batch, *input_shape)).astype(np.uint8))
+            x = tf.cast(pixels, tf.float32) * np.float32(encoding[0]) + np.float32(encoding[1])
+        else:
+            x = tf.constant(rng.uniform(-1, 1, (batch, *input_shape)).astype(np.float32))
         difference = float(np.abs(packed(x).numpy() - binary(x, training=False).numpy()).max())
         heavy = key == "vgg_small" and batch == 100
         rounds = (3 if quick else 7) if heavy else (5 if quick else 11)
         reps = 1 if heavy else (2 if batch == 100 else 20) * (1 if quick else 2)
-        seconds = interleaved({"packed": packed, "float": float_graph, "float_xla": float_xla},
-                              x, rounds, reps)
+        variants = {"packed": packed, "float": float_graph, "float_xla": float_xla}
+        if encoding:
+            variants["packed_uint8"] = lambda _, pixels=pixels: packed(pixels)
+        seconds = interleaved(variants, x, rounds, reps)
         best_float = min(seconds["float"], seconds["float_xla"])
         result["batches"][str(batch)] = {
             "packed_ms": 1e3 * seconds["packed"], "float_ms": 1e3 * seconds["float"],
@@ -116,16 +130,20 @@ def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
             "speedup_vs_best_float": best_float / seconds["packed"], "rounds": rounds,
             "max_abs_logit_difference": difference,
             "reps_per_round": reps}
+        if encoding:
+            result["batches"][str(batch)]["packed_uint8_ms"] = 1e3 * seconds["packed_uint8"]
     return result
 
 
 def markdown(results: dict) -> str:
-    lines = ["| model | batch | packed ms | float ms (tf.function) | float ms (XLA) | "
-             "speed-up vs best float |", "|---|---|---|---|---|---|"]
+    lines = ["| model | batch | packed ms | packed ms (uint8 in) | float ms (tf.function) | "
+             "float ms (XLA) | speed-up vs best float |", "|---|---|---|---|---|---|---|"]
     for key, res in results["models"].items():
         for batch, b in res["batches"].items():
-            lines.append(f"| {key} | {batch} | {b['packed_ms']:.3f} | {b['float_ms']:.3f} | "
-                         f"{b['float_xla_ms']:.3f} | {b['speedup_vs_best_float']:.1f}x |")
+            uint8 = f"{b['packed_uint8_ms']:.3f}" if "packed_uint8_ms" in b else "-"
+            lines.append(f"| {key} | {batch} | {b['packed_ms']:.3f} | {uint8} | "
+                         f"{b['float_ms']:.3f} | {b['float_xla_ms']:.3f} | "
+                         f"{b['speedup_vs_best_float']:.1f}x |")
     lines += ["", "| model | .bnn bytes | float twin .weights.h5 bytes | ratio |",
               "|---|---|---|---|"]
     for key, res in results["models"].items():
@@ -133,12 +151,14 @@ def markdown(results: dict) -> str:
                      f"{res['size_ratio']:.1f}x |")
     mnist = results.get("mnist")
     if mnist:
-        lines += ["", f"MNIST test set: packed and Keras MLP agree on "
-                      f"{mnist['examples'] - mnist['disagreements']}/{mnist['examples']} classes "
-                      f"({100 * mnist['class_agreement']:.2f}%), max |logit difference| "
-                      f"{mnist['max_abs_logit_difference']:.2e}; accuracy Keras "
-                      f"{mnist['keras_accuracy']:.4f}, packed {mnist['packed_accuracy']:.4f} "
-                      f"(MLP fitted 1 epoch on {mnist['train_examples']} images)."]
+        lines += ["", f"MNIST test set (MLP fitted 1 epoch on {mnist['train_examples']} images, "
+                      f"Keras accuracy {mnist['keras_accuracy']:.4f}):"]
+        for key in ("integer_first_layer", "float_first_layer"):
+            m = mnist[key]
+            lines.append(f"- {key.replace('_', ' ')}: packed and Keras classes agree on "
+                         f"{mnist['examples'] - m['disagreements']}/{mnist['examples']}, max "
+                         f"|logit difference| {m['max_abs_logit_difference']:.2e}, packed "
+                         f"accuracy {m['packed_accuracy']:.4f}")
     return "\n".join(lines)
 
 

@@ -433,11 +433,16 @@ class PackedModel(tf.Module):
         return tf.cast(tf.clip_by_value(u, 0.0, 255.0), tf.uint8)
 
     def _large_batch(self, x: tf.Tensor) -> tf.Tensor:
-        body = self._body
-        if self._int8:
-            x, body = self.stages[0].integer_product(x), self._body_z
+        """Two independent halves of the batch, each the int8 first layer (when available)
+        then one XLA call for the rest; TensorFlow's executor runs the halves concurrently."""
         half = tf.shape(x)[0] // 2
-        return tf.concat([body(x[:half]), body(x[half:])], axis=0)
+        outputs = []
+        for part in (x[:half], x[half:]):
+            if self._int8:
+                outputs.append(self._body_z(self.stages[0].integer_product(part)))
+            else:
+                outputs.append(self._body(part))
+        return tf.concat(outputs, axis=0)
 
     def __call__(self, x) -> tf.Tensor:
         """float32 logits ``(batch, classes)`` for a batch of normalized float32 inputs, or, for
