@@ -357,8 +357,9 @@ _INT8_MATMUL: bool | None = None
 
 
 class _Dispatch:
-    """Concrete functions by input dtype name, for small and large batches (kept outside
-    TensorFlow's object tracking, so SavedModel export saves only the serving signature)."""
+    """``(tf.function, its concrete function)`` by input dtype name, for batch 1, small and
+    large batches (kept outside TensorFlow's object tracking, so SavedModel export saves only
+    the serving signature; calling the concrete function skips tf.function's dispatch)."""
 
     def __init__(self, one: dict[str, Any], small: dict[str, Any], large: dict[str, Any]):
         self.one, self.small, self.large = one, small, large
@@ -377,11 +378,12 @@ class PackedModel(tf.Module):
         input_encoding: ``{"scale": s, "offset": o}`` when the first stage takes uint8 pixels
             ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
 
-    Calls dispatch to concrete functions chosen by batch size and input dtype (no retracing, no
-    per-call Python work per layer): batches under :data:`LARGE_BATCH` run one XLA call;
-    larger ones run the int8 first layer (when :func:`int8_matmul_available`) and the rest as
-    two XLA calls on the two halves of the batch, which TensorFlow runs concurrently. All paths
-    compute the same integers, so they give identical logits.
+    Calls dispatch to concrete functions traced at construction, chosen by batch size and input
+    dtype (no retracing, no per-call Python work per layer): batches under :data:`LARGE_BATCH`
+    run one XLA call (batch 1 with a static shape, where an integer first stage uses bit
+    planes); larger ones run two independent halves of the batch, each the int8 first layer
+    (when :func:`int8_matmul_available`) and one XLA call for the rest, which TensorFlow can run
+    on two cores at once. All paths compute the same integers, so they give identical logits.
     """
 
     def __init__(self, stages: Sequence[dict[str, Any]],
