@@ -161,11 +161,16 @@ def worker_run_dir(config: Config, run_dir: Path) -> Iterator[Path]:
     worker of ``training.distribute: multi_worker``, which writes to a fresh temporary directory
     removed on exit. All workers may so be given the same ``run_dir`` (on a shared filesystem
     too): only the chief writes config, checkpoints, TensorBoard events, model and report there.
+
+    For ``multi_worker`` this joins the cluster first (waiting until every worker has started), so
+    that an error on any worker later reaches the others instead of leaving them waiting to join.
     """
     if config.training.distribute != "multi_worker":
         yield Path(run_dir)
         return
     cluster, task, index = _tf_config()
+    configure_runtime(config)
+    make_strategy(config)
     if _is_chief_task(cluster, task, index):
         yield Path(run_dir)
         return

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bnn.config import load_config
-from bnn.training import TrainingError, worker_run_dir
+from bnn.training import TrainingError, _is_chief_task, worker_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
@@ -49,33 +49,24 @@ def config_file(tmp_path):
     return path
 
 
-def test_non_chief_worker_writes_a_temporary_directory_removed_on_exit(
-        config_file, tmp_path, monkeypatch):
-    shared = tmp_path / "run"
-    config = load_config(config_file)
-    monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 1))
-    with worker_run_dir(config, shared) as own:
-        assert own != shared
-        (own / "report.json").write_text("{}")
-    assert not own.exists() and not shared.exists()
-    monkeypatch.setenv("TF_CONFIG", tf_config([1, 2], 0))
-    with worker_run_dir(config, shared) as own:
-        assert own == shared
+def test_chief_is_the_chief_task_else_worker_zero():
+    workers = {"worker": ["localhost:1", "localhost:2"]}
+    assert _is_chief_task(workers, "worker", 0)
+    assert not _is_chief_task(workers, "worker", 1)
+    with_chief = {"chief": ["localhost:3"], **workers}
+    assert _is_chief_task(with_chief, "chief", 0)
+    assert not _is_chief_task(with_chief, "worker", 0)
+    assert _is_chief_task({}, None, 0)
 
 
-def test_chief_task_is_the_chief_even_beside_worker_zero(config_file, tmp_path, monkeypatch):
-    config = load_config(config_file)
-    spec = {"cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"]}}
-    for task, is_chief in ((("chief", 0), True), (("worker", 0), False)):
-        spec["task"] = {"type": task[0], "index": task[1]}
-        monkeypatch.setenv("TF_CONFIG", json.dumps(spec))
-        with worker_run_dir(config, tmp_path) as own:
-            assert (own == tmp_path) is is_chief
-
-
-def test_missing_tf_config_is_a_clear_error(config_file, tmp_path, monkeypatch):
-    monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(TrainingError, match="TF_CONFIG"):
+@pytest.mark.parametrize("value", [None, "", "{not json", '{"cluster": {}}', "[1]"])
+def test_missing_or_malformed_tf_config_is_a_clear_error(config_file, tmp_path, monkeypatch,
+                                                         value):
+    if value is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", value)
+    with pytest.raises(TrainingError, match="TF_CONFIG .* is not JSON like"):
         with worker_run_dir(load_config(config_file), tmp_path):
             pass
 
