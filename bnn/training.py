@@ -169,6 +169,10 @@ def worker_run_dir(config: Config, run_dir: Path) -> Iterator[Path]:
         yield Path(run_dir)
         return
     cluster, task, index = _tf_config()
+    t = config.training
+    if t.xla and (t.device == "cpu" or not tf.config.list_physical_devices("GPU")):
+        raise TrainingError("training.xla is true, but TensorFlow cannot compile multi_worker "
+                            "collectives with XLA on CPUs; set training.xla=false")
     configure_runtime(config)
     make_strategy(config)
     if _is_chief_task(cluster, task, index):
