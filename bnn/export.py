@@ -31,8 +31,8 @@ from bnn import quantizers
 from bnn.layers import BinaryConv2D, BinaryDense
 from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
 
-__all__ = ["ExportError", "FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "export_model", "load_packed", "load_any",
-           "evaluate"]
+__all__ = ["ExportError", "FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "export_model",
+           "load_packed", "load_any", "evaluate"]
 
 FORMAT_VERSION = 2
 #: Versions this bnn reads: version 1 files are version 2 files without an input encoding.
@@ -98,7 +98,8 @@ def _threshold_arrays(bn, bias, fan_in: int, where: str) -> dict[str, np.ndarray
     """Integer thresholds reproducing ``sign(BN(a + bias))`` of the source for every integer
     pre-activation ``a`` in ``[-fan_in, fan_in]``, evaluated with the same float32 ops."""
     values = np.arange(-fan_in, fan_in + 1)
-    pre = np.broadcast_to(values.astype(np.float32)[:, None], (len(values), bn.moving_mean.shape[0]))
+    pre = np.broadcast_to(values.astype(np.float32)[:, None],
+                          (len(values), bn.moving_mean.shape[0]))
     pre = tf.constant(pre)
     if bias is not None:
         pre = pre + bias
@@ -112,8 +113,8 @@ def _threshold_arrays(bn, bias, fan_in: int, where: str) -> dict[str, np.ndarray
     return {"threshold": threshold, "flip": pack_bits(np.where(flip, 1.0, -1.0))}
 
 
-def _integer_threshold_arrays(bn, bias, kernel: np.ndarray, encoding: dict[str, float],
-                              where: str) -> dict[str, np.ndarray]:
+def _integer_threshold_arrays(bn, bias, kernel: np.ndarray,
+                              encoding: dict[str, float]) -> dict[str, np.ndarray]:
     """Integer thresholds on ``z = u . w`` (uint8 pixels ``u``, ±1 kernel ``w`` (n, units))
     reproducing ``sign(BN(x . w + bias))`` for ``x = scale * u + offset``.
 
@@ -169,7 +170,7 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
     layers = [layer for layer in model.layers
               if not isinstance(layer, (keras.layers.InputLayer, keras.layers.Dropout))]
     input_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
-    shape, flat, packed = input_shape, len(input_shape) == 1, False
+    shape, flat, packed, model_encoding = input_shape, len(input_shape) == 1, False, None
     stages, arrays, i = [], [], 0
     while i < len(layers):
         layer = layers[i]
@@ -186,7 +187,7 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
                                 "input_shape": list(shape), "units": units, "pool": None}
         encoding = None
         if input_encoding is not None and not stages:
-            encoding = _check_encoding(input_encoding, layer, binarized, where)
+            encoding = model_encoding = _check_encoding(input_encoding, layer, binarized, where)
             spec["input"] = "uint8"
             signs = kernel.reshape(-1, units)
         if binarized and not packed:
@@ -244,7 +245,7 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
             if spec["output"] == "logits":
                 raise _fail(f"{where}: input_encoding", "the model has a single binary layer",
                             "export without input_encoding")
-            stage_arrays.update(_integer_threshold_arrays(bn, bias, signs, encoding, where))
+            stage_arrays.update(_integer_threshold_arrays(bn, bias, signs, encoding))
         elif spec["output"] == "bits" and packed:
             stage_arrays.update(_threshold_arrays(bn, bias, fan_in, where))
         else:
@@ -255,10 +256,7 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
         shape, packed = out_shape, True
     if not stages:
         raise _fail(where, "the model has no binary layers", f"supported: {_SUPPORTED}")
-    encoding = None
-    if input_encoding is not None:
-        encoding = {"scale": float(input_encoding[0]), "offset": float(input_encoding[1])}
-    return input_shape, stages, arrays, encoding
+    return input_shape, stages, arrays, model_encoding
 
 
 # ---- file format -----------------------------------------------------------------------------

@@ -254,7 +254,7 @@ def test_integer_thresholds_match_the_float_decision_at_every_product(encoded):
     layer, bn = model.layers[1], model.layers[2]
     kernel = layer.binary_kernel().numpy()
     arrays = _integer_threshold_arrays(bn, None, kernel, {"scale": MNIST_ENCODING[0],
-                                                          "offset": -1.0}, "test")
+                                                          "offset": -1.0})
     z = np.arange(-255 * 784, 255 * 784 + 1, 97)[:, None]
     pre = (MNIST_ENCODING[0] * z - kernel.sum(0)).astype(np.float32)
     expected = bn(tf.constant(pre), training=False).numpy() >= 0
@@ -278,11 +278,14 @@ def test_bad_input_encodings_raise_export_error(tmp_path, build, encoding, messa
         export_model(build(), tmp_path / "x.bnn", input_encoding=encoding)
 
 
-def test_version_1_files_still_load(exported, tmp_path):
+def test_version_1_files_still_load(tmp_path):
     import hashlib
-    model, path, _, x = exported
-    data = bytearray(path.read_bytes()[:-32])
+    model = _small("mlp")
+    export_model(model, tmp_path / "v2.bnn")
+    data = bytearray((tmp_path / "v2.bnn").read_bytes()[:-32])
     struct.pack_into("<I", data, 8, 1)
     old = tmp_path / "v1.bnn"
     old.write_bytes(bytes(data) + hashlib.sha256(bytes(data)).digest())
-    np.testing.assert_array_equal(load_packed(old).predict(x), load_packed(path).predict(x))
+    x = np.random.default_rng(5).uniform(-1, 1, (4, 28, 28, 1)).astype(np.float32)
+    np.testing.assert_allclose(load_packed(old).predict(x), model(x, training=False).numpy(),
+                               rtol=1e-5, atol=1e-4)
