@@ -73,7 +73,7 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from bnn.data import DataError
     from bnn.export import ExportError
     from bnn.rundir import RunDirError
-    from bnn.training import TrainingError
+    from bnn.runtime import TrainingError
 
     return ConfigError, DataError, ExportError, RunDirError, TrainingError
 
@@ -83,11 +83,12 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
     from bnn import training
     from bnn.config import load_config
     from bnn.rundir import RunLock
+    from bnn.runtime import worker_run_dir
 
     config = load_config(args.config, args.overrides)
     precisions = precisions or [config.model.precision]
     shared_dir = Path(args.output_dir or config.output_dir)
-    with training.worker_run_dir(config, shared_dir) as run_dir, RunLock(run_dir):
+    with worker_run_dir(config, shared_dir) as run_dir, RunLock(run_dir):
         training.prepare_run_dir(run_dir, args.resume, args.overwrite)
         training.write_config_copy(config, run_dir)
         verbose = 0 if args.quiet else (1 if sys.stdout.isatty() else 2)

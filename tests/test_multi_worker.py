@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bnn.config import load_config
-from bnn.training import TrainingError, _is_chief_task, worker_run_dir
+from bnn.runtime import TrainingError, _is_chief_task, worker_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
