@@ -357,15 +357,19 @@ _INT8_MATMUL: bool | None = None
 
 
 class _Dispatch:
-    """``(tf.function, its concrete function)`` by input dtype name, for batch 1, small and
-    large batches (kept outside TensorFlow's object tracking, so SavedModel export saves only
-    the serving signature; calling the concrete function skips tf.function's dispatch)."""
+    """The entry ``tf.function`` s by batch kind (``"one"``, ``"small"``, ``"large"``) and input
+    dtype name, each traced to a concrete function on first use (calling the concrete function
+    skips tf.function's dispatch). Kept outside TensorFlow's object tracking, so SavedModel
+    export saves only the serving signature."""
 
-    def __init__(self, one: dict[str, Any], small: dict[str, Any], large: dict[str, Any]):
-        self.one, self.small, self.large = one, small, large
+    def __init__(self, functions: dict[str, dict[str, Any]]):
+        self.functions, self.concrete = functions, {}
 
-    def pick(self, batch: int) -> dict[str, Any]:
-        return self.one if batch == 1 else self.large if batch >= LARGE_BATCH else self.small
+    def get(self, batch: int, dtype: str):
+        kind = "one" if batch == 1 else "large" if batch >= LARGE_BATCH else "small"
+        if (kind, dtype) not in self.concrete:
+            self.concrete[kind, dtype] = self.functions[kind][dtype].get_concrete_function()
+        return self.concrete[kind, dtype]
 
 
 class PackedModel(tf.Module):
@@ -378,7 +382,7 @@ class PackedModel(tf.Module):
         input_encoding: ``{"scale": s, "offset": o}`` when the first stage takes uint8 pixels
             ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
 
-    Calls dispatch to concrete functions traced at construction, chosen by batch size and input
+    Calls dispatch to concrete functions traced once each, chosen by batch size and input
     dtype (no retracing, no per-call Python work per layer): batches under :data:`LARGE_BATCH`
     run one XLA call (batch 1 with a static shape, where an integer first stage uses bit
     planes); larger ones run two independent halves of the batch, each the int8 first layer
@@ -404,16 +408,15 @@ class PackedModel(tf.Module):
         if self._int8:
             self._body_z = tf.function(self._forward, jit_compile=True, input_signature=[
                 tf.TensorSpec([None, self.stages[0].units], tf.int32)])
-        one, small, large = {}, {}, {}
+        functions: dict[str, dict[str, Any]] = {"one": {}, "small": {}, "large": {}}
         for dtype in ([tf.uint8, tf.float32] if integer else [tf.float32]):
-            for table, batch, xla in ((one, 1, True), (small, None, True), (large, None, False)):
-                function = tf.function(self._entry(in_dtype, xla), jit_compile=xla,
-                                       input_signature=[tf.TensorSpec([batch, *self.input_shape],
-                                                                      dtype)])
-                table[dtype.name] = (function, function.get_concrete_function())
-        self._dispatch = _Dispatch(one, small, large)
-        self.serve = tf.function(small["float32"][1], input_signature=[
-            tf.TensorSpec([None, *self.input_shape], tf.float32)])
+            for kind, batch, xla in (("one", 1, True), ("small", None, True),
+                                     ("large", None, False)):
+                functions[kind][dtype.name] = tf.function(
+                    self._entry(in_dtype, xla), jit_compile=xla,
+                    input_signature=[tf.TensorSpec([batch, *self.input_shape], dtype)])
+        self._dispatch = _Dispatch(functions)
+        self.serve = functions["small"]["float32"]
 
     def _entry(self, in_dtype: tf.DType, xla: bool):
         """The traced entry point: encodes float inputs of a uint8 model to pixels, then runs
@@ -452,7 +455,7 @@ class PackedModel(tf.Module):
         x = tf.convert_to_tensor(x)
         if x.dtype != tf.uint8 or self.input_encoding is None:
             x = tf.cast(x, tf.float32)
-        return self._dispatch.pick(x.shape[0])[x.dtype.name][1](x)
+        return self._dispatch.get(x.shape[0], x.dtype.name)(x)
 
     def predict(self, x, batch_size: int = 256) -> np.ndarray:
         """Logits for ``x`` (numpy or tensor), computed ``batch_size`` examples at a time.
