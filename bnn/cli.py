@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="export a trained model to a bit-packed .bnn file")
     export.add_argument("source", help="a run directory or a .keras file")
     export.add_argument("-o", "--output", required=True, help="the .bnn file to write")
+    export.add_argument("--pixels", choices=("auto", "uint8", "float"), default="auto",
+                        help="uint8: inputs are MNIST-style pixels u/127.5-1 and the first dense "
+                             "layer runs on exact integers; auto: uint8 for a run directory of a "
+                             "BinaryNet MLP on (Fashion-)MNIST, else float")
     evaluate = sub.add_parser("evaluate", help="test accuracy and speed of a .bnn or .keras model")
     evaluate.add_argument("model")
     evaluate.add_argument("--dataset", required=True)
@@ -127,6 +131,25 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pixel_encoding(args: argparse.Namespace) -> tuple[float, float] | None:
+    """``(scale, offset)`` of the pixel normalization when ``--pixels`` asks for it, or for a
+    run directory of a BinaryNet MLP on MNIST or Fashion-MNIST (``u / 127.5 - 1``): the packed
+    model's first layer then runs on exact integer products of uint8 pixels."""
+    if args.pixels == "float":
+        return None
+    if args.pixels == "uint8":
+        return (1 / 127.5, -1.0)
+    config_path = Path(args.source) / "config.yaml"
+    if not config_path.is_file():
+        return None
+    from bnn.config import load_config
+
+    config = load_config(config_path)
+    if config.dataset.name in ("mnist", "fashion_mnist") and config.model.name == "binarynet_mlp":
+        return (1 / 127.5, -1.0)
+    return None
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from bnn import data, export
 
@@ -185,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "export":
             from bnn import export
 
-            info = export.export_model(args.source, args.output)
+            info = export.export_model(args.source, args.output,
+                                       input_encoding=_pixel_encoding(args))
             print(json.dumps(info, indent=2, default=str))
             return 0
         if args.command == "evaluate":

@@ -29,6 +29,7 @@ import tensorflow as tf
 import bnn.layers  # noqa: F401  (registers the custom layers for keras.saving.load_model)
 from bnn import quantizers
 from bnn.layers import BinaryConv2D, BinaryDense
+from bnn.rundir import atomic_write
 from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
 
 __all__ = ["ExportError", "FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "export_model",
@@ -364,7 +365,7 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
     data = _serialize(manifest, arrays)
     output = Path(output)
     try:
-        output.write_bytes(data)
+        atomic_write(output, data)
     except OSError as error:
         raise _fail(output, f"cannot write ({error.strerror})", "check the directory") from None
     float_bytes = 4 * int(model.count_params())
