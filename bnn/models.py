@@ -36,6 +36,13 @@ def _activation(precision: str, float_activation: str, name: str) -> list:
     return [] if precision == "binary" else [keras.layers.Activation(float_activation, name=name)]
 
 
+def _head(num_classes: int, input_quantizer: Any, q: dict, bn: dict) -> list:
+    """The classifier: a binary dense layer to ``num_classes`` and a batch norm without scale,
+    whose outputs are the logits."""
+    return [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
+            _norm(bn, "bn_out", scale=False)]
+
+
 def binarynet_mlp(
     precision: str = "binary",
     input_shape: Sequence[int] = (28, 28, 1),
@@ -70,8 +77,7 @@ def binarynet_mlp(
         ]
     if dropout:
         layers.append(keras.layers.Dropout(dropout, name="dropout_out"))
-    layers += [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
-               _norm(bn, "bn_out", scale=False)]
+    layers += _head(num_classes, input_quantizer, q, bn)
     return keras.Sequential(layers, name=name or f"binarynet_mlp_{precision}")
 
 
@@ -113,8 +119,7 @@ def vgg_small(
         layers += [BinaryDense(units, input_quantizer=input_quantizer, name=f"dense{i}", **q),
                    _norm(bn, f"bn_dense{i}"),
                    *_activation(precision, float_activation, f"act_dense{i}")]
-    layers += [BinaryDense(num_classes, input_quantizer=input_quantizer, name="dense_out", **q),
-               _norm(bn, "bn_out", scale=False)]
+    layers += _head(num_classes, input_quantizer, q, bn)
     return keras.Sequential(layers, name=name or f"vgg_small_{precision}")
 
 
