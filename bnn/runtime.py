@@ -50,8 +50,13 @@ def make_strategy(config: Config) -> tf.distribute.Strategy:
     kind = config.training.distribute
     if kind == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
+        if gpus:
+            return tf.distribute.MirroredStrategy([d.name for d in gpus])
+        # CPU replicas reduce through one device: CPU collectives of two strategies created in
+        # one process can collide on their instance keys
         return tf.distribute.MirroredStrategy(
-            [d.name for d in gpus or tf.config.list_logical_devices("CPU")])
+            [d.name for d in tf.config.list_logical_devices("CPU")],
+            cross_device_ops=tf.distribute.ReductionToOneDevice())
     if kind == "multi_worker":
         return _multi_worker_strategy()
     return tf.distribute.get_strategy()

@@ -144,7 +144,8 @@ def test_train_step_under_mirrored_strategy_on_two_logical_cpus():
     devices = [d.name for d in tf.config.list_logical_devices("CPU")]
     if len(devices) < 2:
         pytest.skip("needs 2 logical CPU devices, configured in conftest before TF starts")
-    strategy = tf.distribute.MirroredStrategy(devices[:2])
+    strategy = tf.distribute.MirroredStrategy(
+        devices[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())
     with strategy.scope():
         model = keras.Sequential([keras.Input((10,)), bnn.BinaryDense(8, input_quantizer=None),
                                   keras.layers.BatchNormalization(), bnn.BinaryDense(2)])

@@ -201,7 +201,8 @@ def test_routed_bop_trains_under_mirrored_strategy():
     if len(devices) < 2:
         pytest.skip("needs 2 logical CPU devices, configured in conftest before TF starts")
     keras.utils.set_random_seed(0)
-    with tf.distribute.MirroredStrategy(devices[:2]).scope():
+    with tf.distribute.MirroredStrategy(
+            devices[:2], cross_device_ops=tf.distribute.ReductionToOneDevice()).scope():
         model = tiny_mlp()
         model.compile(optimizer=make_optimizer("bop", model, 1e-2, threshold=1e-6, gamma=1e-2),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
