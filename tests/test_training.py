@@ -160,3 +160,14 @@ def test_nan_loss_stops_with_epoch_and_step_and_keeps_last_checkpoint(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the loss became" in err[0] and "at epoch" in err[0], err
     assert "Lower optimizer.learning_rate" in err[0]
+
+
+def test_bop_from_yaml_trains_and_flips_binary_weights(tmp_path):
+    config = tiny_config(seed=3, epochs=1)
+    config["optimizer"] = {"name": "bop", "threshold": 1e-6, "gamma": 1e-3, "learning_rate": 0.01}
+    path = write_config(tmp_path / "bop.yaml", config)
+    assert run_cli("train", path, "--output-dir", tmp_path / "run") == 0
+    state = json.loads((tmp_path / "run/binary/checkpoints/state-0001.json").read_text())
+    assert 0.0 < state["history"][0]["flip_ratio"] < 1.0
+    report = json.loads((tmp_path / "run/report.json").read_text())["binary"]
+    assert report["test_accuracy"] > 0.1
