@@ -9,7 +9,7 @@ float32 inputs (MLP inputs are random pixels ``u / 127.5 - 1``; the packed MLP i
 the uint8 pixels), in interleaved timed blocks after warm-up, and reports medians over blocks
 of the per-call time and the speed-up over the faster float variant. It also reports the .bnn
 size against the float twin's saved weights (``.weights.h5``), and, when MNIST is available
-(``BNN_DATA_DIR``, default /work/shared/datasets), fits the binary MLP for one epoch and
+(``BNN_DATA_DIR``, default ../shared/datasets beside the repository), fits the binary MLP for one epoch and
 counts the test images on which the packed model's class equals the Keras model's, exported
 with and without the input encoding.
 """
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds, smaller MNIST fit")
     parser.add_argument("--json", type=Path, help="write the results as JSON here")
     args = parser.parse_args(argv)
-    data_dir = Path(os.environ.get("BNN_DATA_DIR", "/work/shared/datasets"))
+    data_dir = Path(os.environ.get("BNN_DATA_DIR",
+                                   Path(__file__).resolve().parents[2] / "shared" / "datasets"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         results = {"cpu_threads": os.cpu_count(), "quick": args.quick,

@@ -17,7 +17,7 @@ import tensorflow as tf
 from bnn import data
 from bnn.data import DataError
 
-SHARED = Path("/work/shared/datasets")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 
 # ---------------------------------------------------------------------------------------------
