@@ -1,17 +1,18 @@
 """Packed (.bnn, xor-popcount) inference against the float twin on CPU.
 
-    python benchmarks/inference.py [--quick] [--json PATH]
+    python benchmarks/inference.py [--quick] [--json PATH] [--models mlp,vgg_small]
 
 For the BinaryNet MLP (784-3x2048-10, exported with the MNIST input encoding: exact integer
 first layer) and VGG-small (32x32x3) it times, at batch 1 and 100, the packed model and the
 float twin (Keras, in a ``tf.function``, with and without XLA), all fed the same normalized
 float32 inputs (MLP inputs are random pixels ``u / 127.5 - 1``; the packed MLP is also timed on
 the uint8 pixels), in interleaved timed blocks after warm-up, and reports medians over blocks
-of the per-call time and the speed-up over the faster float variant. It also reports the .bnn
-size against the float twin's saved weights (``.weights.h5``), and, when MNIST is available
-(``BNN_DATA_DIR``, default ../shared/datasets beside the repository), fits the binary MLP for one epoch and
-counts the test images on which the packed model's class equals the Keras model's, exported
-with and without the input encoding.
+of the per-call time and the speed-up over the faster float variant. Where the native kernels
+(``bnn.kernels``) run the packed model, the same model on its pure-TensorFlow XLA kernels is
+timed beside it. It also reports the .bnn size against the float twin's saved weights
+(``.weights.h5``), and, when MNIST is available (``BNN_DATA_DIR``, default ../shared/datasets
+beside the repository), fits the binary MLP for one epoch and counts the test images on which
+the packed model's class equals the Keras model's, exported with and without the input encoding.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bnn import models  # noqa: E402
+from bnn import kernels, models  # noqa: E402
 from bnn.export import export_model, load_packed  # noqa: E402
 
 ARCHITECTURES = {
@@ -107,6 +108,7 @@ def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
     summary = export_model(binary, bnn_path, input_encoding=encoding)
     twin.save_weights(weights_path)
     packed = load_packed(bnn_path)
+    packed_xla = load_packed(bnn_path, native=False) if packed.native else None
     float_graph = tf.function(lambda x: twin(x, training=False))
     float_xla = tf.function(lambda inputs: twin(inputs, training=False), jit_compile=True)
     result = {"bnn_bytes": summary["bytes"], "float_weights_bytes": weights_path.stat().st_size,
@@ -125,6 +127,8 @@ def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
         variants = {"packed": packed, "float": float_graph, "float_xla": float_xla}
         if encoding:
             variants["packed_uint8"] = lambda _, pixels=pixels: packed(pixels)
+        if packed.native:
+            variants["packed_xla"] = packed_xla
         seconds = interleaved(variants, x, rounds, reps)
         best_float = min(seconds["float"], seconds["float_xla"])
         result["batches"][str(batch)] = {
@@ -135,16 +139,21 @@ def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
             "reps_per_round": reps}
         if encoding:
             result["batches"][str(batch)]["packed_uint8_ms"] = 1e3 * seconds["packed_uint8"]
+        if packed.native:
+            result["batches"][str(batch)]["packed_xla_ms"] = 1e3 * seconds["packed_xla"]
+    result["native_kernels"] = packed.native
     return result
 
 
 def markdown(results: dict) -> str:
-    lines = ["| model | batch | packed ms | packed ms (uint8 in) | float ms (tf.function) | "
-             "float ms (XLA) | speed-up vs best float |", "|---|---|---|---|---|---|---|"]
+    lines = ["| model | batch | packed ms | packed ms (uint8 in) | packed ms (XLA kernels) | "
+             "float ms (tf.function) | float ms (XLA) | speed-up vs best float |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, res in results["models"].items():
         for batch, b in res["batches"].items():
             uint8 = f"{b['packed_uint8_ms']:.3f}" if "packed_uint8_ms" in b else "-"
-            lines.append(f"| {key} | {batch} | {b['packed_ms']:.3f} | {uint8} | "
+            xla = f"{b['packed_xla_ms']:.3f}" if "packed_xla_ms" in b else "-"
+            lines.append(f"| {key} | {batch} | {b['packed_ms']:.3f} | {uint8} | {xla} | "
                          f"{b['float_ms']:.3f} | {b['float_xla_ms']:.3f} | "
                          f"{b['speedup_vs_best_float']:.1f}x |")
     lines += ["", "| model | .bnn bytes | float twin .weights.h5 bytes | ratio |",
@@ -169,14 +178,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, smaller MNIST fit")
     parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    parser.add_argument("--models", default=",".join(ARCHITECTURES),
+                        help=f"comma-separated, from {', '.join(ARCHITECTURES)} (default: all)")
     args = parser.parse_args(argv)
+    keys = [key.strip() for key in args.models.split(",") if key.strip()]
+    unknown = [key for key in keys if key not in ARCHITECTURES]
+    if unknown or not keys:
+        parser.error(f"--models: unknown {', '.join(unknown) or 'empty list'}; choose from "
+                     f"{', '.join(ARCHITECTURES)}")
     data_dir = Path(os.environ.get("BNN_DATA_DIR",
                                    Path(__file__).resolve().parents[2] / "shared" / "datasets"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         results = {"cpu_threads": os.cpu_count(), "quick": args.quick,
+                   "native_kernels": kernels.available(),
+                   "native_kernels_unavailable": kernels.unavailable_reason(),
                    "models": {key: benchmark_architecture(key, work, args.quick)
-                              for key in ARCHITECTURES},
+                              for key in keys},
                    "mnist": mnist_agreement(data_dir, work, args.quick)}
     print(markdown(results))
     if args.json:

@@ -376,12 +376,14 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
                         "output": s["output"], "pool": s["pool"]} for s in stages]}
 
 
-def load_packed(path: str | Path) -> PackedModel:
+def load_packed(path: str | Path, native: bool | None = None) -> PackedModel:
     """Reads and verifies a ``.bnn`` file (magic, version, checksum, sizes) into a
-    :class:`~bnn.packing.PackedModel`.
+    :class:`~bnn.packing.PackedModel`; ``native`` as there (``None``: the native kernels of
+    :mod:`bnn.kernels` where they are available and apply).
 
     Raises:
         ExportError: for an unreadable, truncated, corrupted or foreign file.
+        NativeKernelsUnavailable: for ``native=True`` where the native kernels cannot run it.
     """
     path = Path(path)
     try:
@@ -391,7 +393,7 @@ def load_packed(path: str | Path) -> PackedModel:
     manifest, arrays = _deserialize(data, str(path))
     try:
         return PackedModel(manifest["stages"], arrays, manifest["input_shape"],
-                           manifest.get("input_encoding"))
+                           manifest.get("input_encoding"), native=native)
     except (ValueError, KeyError, TypeError) as error:
         raise _fail(path, f"inconsistent stages ({error})", "re-export the model") from None
 

@@ -30,8 +30,11 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
+from bnn import kernels
+
 __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
-           "int8_matmul_available", "PackedModel", "WORD_BITS", "LARGE_BATCH"]
+           "int8_matmul_available", "PackedModel", "NativeKernelsUnavailable", "WORD_BITS",
+           "LARGE_BATCH"]
 
 WORD_BITS = 64
 #: Batches of at least this many examples run the int8 oneDNN first layer (when available) and
@@ -308,6 +311,37 @@ class _Stage(tf.Module):
         weights = tf.constant([1 << k for k in range(8)], tf.int32)[None, :, None]
         return tf.reduce_sum((2 * counts - ones[:, :, None]) * weights, axis=1)
 
+    def native_call(self, x: tf.Tensor) -> tf.Tensor | None:
+        """The stage through the native kernels (:mod:`bnn.kernels`) where they apply: a packed
+        dense stage, or the threshold of an integer first stage given its int32 products;
+        ``None`` elsewhere. Same integers as :meth:`__call__`."""
+        if self.packed_in and self.op == "dense":
+            x = tf.reshape(x, [-1, int(x.shape[-1])])
+            n = int(np.prod(self.in_shape))
+            if self.output == "bits":
+                return kernels.xor_popcount_sign(x, self.kernel, self.threshold, self.flip, n)
+            return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
+        if self.integer_in and x.dtype == tf.int32 and self.output == "bits":
+            return kernels.threshold_pack(x, self.threshold, self.flip)
+        return None
+
+    @tf.function(jit_compile=True)
+    def _tail_xla(self, a: tf.Tensor) -> tf.Tensor:
+        """:meth:`_tail` compiled by XLA, as in the all-XLA paths, so the float logits round
+        the same way on every path."""
+        return self._tail(a)
+
+    def _tail(self, a: tf.Tensor) -> tf.Tensor:
+        """Bias, max-pool and batch norm of a real or integer pre-activation, then the logits or
+        the sign bits."""
+        a = tf.cast(a, tf.float32)
+        if self.bias is not None:
+            a = a + self.bias
+        if self.pool:
+            a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
+        y = self._norm(a)
+        return _pack_tf(y >= 0, self.units) if self.output == "bits" else y
+
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         if self.spec.get("binarize_input"):
             x = tf.where(x >= 0, 1.0, -1.0)
@@ -325,13 +359,7 @@ class _Stage(tf.Module):
             if self.pool:
                 words = self._pool_or(words)
             return tf.bitwise.bitwise_xor(words, self.flip)
-        a = tf.cast(a, tf.float32)
-        if self.bias is not None:
-            a = a + self.bias
-        if self.pool:
-            a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
-        y = self._norm(a)
-        return _pack_tf(y >= 0, self.units) if self.output == "bits" else y
+        return self._tail(a)
 
 
 def int8_matmul_available() -> bool:
@@ -354,6 +382,11 @@ def int8_matmul_available() -> bool:
 
 
 _INT8_MATMUL: bool | None = None
+
+
+class NativeKernelsUnavailable(RuntimeError):
+    """``PackedModel(..., native=True)`` where :mod:`bnn.kernels` is unavailable or the model
+    has packed convolutions."""
 
 
 class _Dispatch:
@@ -382,17 +415,25 @@ class PackedModel(tf.Module):
         input_encoding: ``{"scale": s, "offset": o}`` when the first stage takes uint8 pixels
             ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
 
+        native: run batches of :data:`LARGE_BATCH` or more on the native kernels of
+            :mod:`bnn.kernels`; ``None`` (default): where they are available and the model has
+            no packed convolutions; ``True`` raises :class:`NativeKernelsUnavailable` where
+            they cannot run it.
+
     Calls dispatch to concrete functions traced once each, chosen by batch size and input
     dtype (no retracing, no per-call Python work per layer): batches under :data:`LARGE_BATCH`
     run one XLA call (batch 1 with a static shape, where an integer first stage uses bit
-    planes); larger ones run two independent halves of the batch, each the int8 first layer
-    (when :func:`int8_matmul_available`) and one XLA call for the rest, which TensorFlow can run
-    on two cores at once. All paths compute the same integers, so they give identical logits.
+    planes). Larger ones run, with native kernels, the int8 first layer (when
+    :func:`int8_matmul_available`) and then the native packed dense layers, each spread over
+    the intra-op threads; without them, two independent halves of the batch, each the int8
+    first layer and one XLA call for the rest, which TensorFlow can run on two cores at once.
+    All paths compute the same integers and round the float logits in the same XLA code, so
+    they give identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
     """
 
     def __init__(self, stages: Sequence[dict[str, Any]],
                  arrays: Sequence[dict[str, np.ndarray]], input_shape: Sequence[int],
-                 input_encoding: dict[str, float] | None = None):
+                 input_encoding: dict[str, float] | None = None, native: bool | None = None):
         super().__init__(name="packed_model")
         self.input_shape = tuple(int(d) for d in input_shape)
         self.input_encoding = dict(input_encoding) if input_encoding else None
@@ -408,24 +449,47 @@ class PackedModel(tf.Module):
         if self._int8:
             self._body_z = tf.function(self._forward, jit_compile=True, input_signature=[
                 tf.TensorSpec([None, self.stages[0].units], tf.int32)])
+        dense_only = not any(st.packed_in and st.op == "conv2d" for st in self.stages)
+        if native is None:
+            native = dense_only and kernels.available()
+        elif native and not (dense_only and kernels.available()):
+            raise NativeKernelsUnavailable("native kernels cannot run this model: " + (
+                kernels.unavailable_reason() or "they run packed dense layers only"))
+        self.native = bool(native)
         functions: dict[str, dict[str, Any]] = {"one": {}, "small": {}, "large": {}}
         for dtype in ([tf.uint8, tf.float32] if integer else [tf.float32]):
-            for kind, batch, xla in (("one", 1, True), ("small", None, True),
-                                     ("large", None, False)):
+            for kind, batch, mode in (("one", 1, "xla"), ("small", None, "xla"),
+                                      ("large", None, "split")):
+                if self.native and kind == "large":
+                    mode = "native"
                 functions[kind][dtype.name] = tf.function(
-                    self._entry(in_dtype, xla), jit_compile=xla,
+                    self._entry(in_dtype, mode), jit_compile=mode == "xla",
                     input_signature=[tf.TensorSpec([batch, *self.input_shape], dtype)])
         self._dispatch = _Dispatch(functions)
-        self.serve = functions["small"]["float32"]
+        self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=True,
+                                 input_signature=[tf.TensorSpec([None, *self.input_shape])])
 
-    def _entry(self, in_dtype: tf.DType, xla: bool):
+    def _entry(self, in_dtype: tf.DType, mode: str):
         """The traced entry point: encodes float inputs of a uint8 model to pixels, then runs
-        the whole model (``xla``: as one XLA computation) or :meth:`_large_batch`."""
+        the whole model as one XLA computation (``"xla"``), as :meth:`_large_batch`
+        (``"split"``) or through the native kernels (``"native"``)."""
+        run = {"xla": self._forward, "split": self._large_batch, "native": self._native}[mode]
+
         def entry(x):
             if x.dtype != in_dtype:
                 x = self._encode(x)
-            return self._forward(x) if xla else self._large_batch(x)
+            return run(x)
         return entry
+
+    def _native(self, x: tf.Tensor) -> tf.Tensor:
+        """Packed dense stages (and the integer first stage's threshold) on the native kernels,
+        the other stages as ordinary TensorFlow ops; the kernels use all intra-op threads."""
+        if self._int8:
+            x = self.stages[0].integer_product(x)
+        for stage in self.stages:
+            y = stage.native_call(x)
+            x = stage(x) if y is None else y
+        return x
 
     def _forward(self, x: tf.Tensor) -> tf.Tensor:
         for stage in self.stages:

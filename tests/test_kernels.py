@@ -1,0 +1,152 @@
+"""Native xor-popcount kernels: against numpy, inside PackedModel, and when they cannot be built."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bnn import kernels, models
+from bnn.export import export_model, load_packed
+from bnn.packing import NativeKernelsUnavailable, pack_bits
+
+needs_native = pytest.mark.skipif(
+    not kernels.available(), reason=f"native kernels unavailable: {kernels.unavailable_reason()}")
+
+
+def _signs(rng, shape):
+    return np.where(rng.random(shape) < 0.5, 1.0, -1.0)
+
+
+def _flip_words(flip):
+    return pack_bits(np.where(flip, 1.0, -1.0))
+
+
+@needs_native
+@settings(max_examples=30, deadline=None)
+@given(batch=st.integers(0, 70), n=st.integers(1, 300), units=st.integers(1, 150),
+       seed=st.integers(0, 2**16))
+def test_kernels_equal_numpy_for_ragged_sizes(batch, n, units, seed):
+    rng = np.random.default_rng(seed)
+    x, w = _signs(rng, (batch, n)), _signs(rng, (n, units))
+    dots = (x @ w).astype(np.int32)
+    threshold = rng.integers(-n - 1, n + 2, units).astype(np.int32)
+    flip = rng.random(units) < 0.5
+    words_in, words_out = -(-n // 64), -(-units // 64)
+    expected = pack_bits(np.where((dots >= threshold) ^ flip, 1.0, -1.0), axis=1).reshape(
+        batch, words_out)
+    xw, ww = pack_bits(x, axis=1).reshape(batch, words_in), pack_bits(w, axis=0)
+    mismatches = kernels.xor_popcount(xw, ww).numpy()
+    assert mismatches.shape == (batch, units) and mismatches.dtype == np.int32
+    np.testing.assert_array_equal(n - 2 * mismatches, dots)
+    np.testing.assert_array_equal(
+        kernels.xor_popcount_sign(xw, ww, threshold, _flip_words(flip), n).numpy(), expected)
+    np.testing.assert_array_equal(
+        kernels.threshold_pack(dots, threshold, _flip_words(flip)).numpy(), expected)
+
+
+@needs_native
+def test_kernels_run_inside_a_tf_function_with_unknown_batch():
+    rng = np.random.default_rng(0)
+    w = pack_bits(_signs(rng, (128, 64)), axis=0)
+    fn = tf.function(lambda x: kernels.xor_popcount(x, w),
+                     input_signature=[tf.TensorSpec([None, 2], tf.int64)])
+    assert fn.get_concrete_function().output_shapes.as_list() == [None, 64]
+    x = pack_bits(_signs(rng, (5, 128)), axis=1)
+    np.testing.assert_array_equal(fn(x).numpy(), kernels.xor_popcount(x, w).numpy())
+
+
+@needs_native
+@pytest.mark.parametrize("call, message", [
+    (lambda: kernels.xor_popcount(np.zeros((2, 3), np.int64), np.zeros((4, 5), np.int64)),
+     "3 words per row but w has 4"),
+    (lambda: kernels.xor_popcount_sign(np.zeros((2, 1), np.int64), np.zeros((1, 5), np.int64),
+                                       np.zeros(4, np.int32), np.zeros(1, np.int64), 64),
+     "threshold must have shape (5)"),
+    (lambda: kernels.threshold_pack(np.zeros((2, 70), np.int32), np.zeros(70, np.int32),
+                                    np.zeros(1, np.int64)), "flip must have shape (2)"),
+])
+def test_kernels_reject_inconsistent_shapes(call, message):
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message.replace(
+            "(", r"\(").replace(")", r"\)")):
+        call()
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    """A kernels module that has not tried to build yet (restored afterwards)."""
+    monkeypatch.setattr(kernels, "_state", {})
+    return monkeypatch
+
+
+def test_disabled_by_environment_gives_a_reason_and_packed_model_falls_back(fresh_state,
+                                                                          tmp_path):
+    model = models.build("binarynet_mlp", hidden_units=(70,), input_shape=(6,))
+    export_model(model, tmp_path / "m.bnn")
+    fresh_state.setenv("BNN_NATIVE_KERNELS", "0")
+    assert not kernels.available()
+    assert kernels.unavailable_reason() == "disabled by BNN_NATIVE_KERNELS"
+    packed = load_packed(tmp_path / "m.bnn")
+    assert packed.native is False
+    x = np.random.default_rng(1).normal(size=(20, 6)).astype(np.float32)
+    np.testing.assert_allclose(packed(x).numpy(), model(x, training=False).numpy(),
+                               rtol=1e-5, atol=1e-4)
+    with pytest.raises(NativeKernelsUnavailable, match="disabled by BNN_NATIVE_KERNELS"):
+        load_packed(tmp_path / "m.bnn", native=True)
+
+
+def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
+    fresh_state.setenv("BNN_NATIVE_KERNELS", "1")
+    fresh_state.setenv("BNN_CACHE_DIR", str(tmp_path))
+    fresh_state.setenv("CXX", "false")  # a "compiler" that always fails
+    assert not kernels.available()
+    assert kernels.unavailable_reason().startswith("compiling xor_popcount.cc failed")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
+
+
+@needs_native
+def test_build_is_cached_and_reused_by_later_processes(tmp_path):
+    env = {**os.environ, "BNN_CACHE_DIR": str(tmp_path), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    probe = [sys.executable, "-c", "from bnn import kernels; print(kernels.available())"]
+    first = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=600)
+    assert first.stdout.split()[-1] == "True", first.stderr[-2000:]
+    built = list(tmp_path.glob("xor_popcount-*.so"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    second = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=600)
+    assert second.stdout.split()[-1] == "True", second.stderr[-2000:]
+    assert [p.stat().st_mtime_ns for p in tmp_path.glob("xor_popcount-*.so")] == [stamp]
+
+
+@needs_native
+@pytest.mark.parametrize("encoding", [None, (1 / 127.5, -1.0)])
+def test_native_and_xla_paths_give_identical_logits(tmp_path, encoding):
+    rng = np.random.default_rng(3)
+    model = models.build("binarynet_mlp", hidden_units=(96, 70), input_shape=(28, 28, 1))
+    for layer in model.layers:
+        if hasattr(layer, "moving_mean"):
+            layer.moving_mean.assign(rng.normal(0, 3, layer.moving_mean.shape))
+    export_model(model, tmp_path / "m.bnn", input_encoding=encoding)
+    native, xla = load_packed(tmp_path / "m.bnn"), load_packed(tmp_path / "m.bnn", native=False)
+    assert native.native and not xla.native
+    pixels = rng.integers(0, 256, (45, 28, 28, 1)).astype(np.uint8)
+    x = (pixels * np.float32(1 / 127.5) - 1.0).astype(np.float32)
+    np.testing.assert_array_equal(native(x).numpy(), xla(x).numpy())
+    np.testing.assert_array_equal(native(x).numpy(), native.predict(x, batch_size=7))
+    np.testing.assert_allclose(native(x).numpy(), model(x, training=False).numpy(),
+                               rtol=1e-5, atol=1e-4)
+    if encoding:
+        np.testing.assert_array_equal(native(pixels).numpy(), native(x).numpy())
+
+
+def test_packed_convolutions_stay_on_xla(tmp_path):
+    model = models.build("vgg_small", input_shape=(8, 8, 3), filters=(8,) * 6,
+                         dense_units=(16, 16))
+    export_model(model, tmp_path / "v.bnn")
+    assert load_packed(tmp_path / "v.bnn").native is False
+    with pytest.raises(NativeKernelsUnavailable):
+        load_packed(tmp_path / "v.bnn", native=True)
