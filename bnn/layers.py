@@ -64,10 +64,29 @@ class _QuantizedLayer:
         axes = list(range(len(self.kernel.shape) - 1))
         return ops.mean(ops.abs(self.kernel), axis=axes)
 
+    def _kernel_kept_in_range(self) -> bool:
+        """True for an ``ste_sign`` kernel whose ``WeightClip`` keeps every latent weight inside
+        the quantizer's ``clip_value``: its straight-through mask is then all ones."""
+        q, c = self.kernel_quantizer, self.kernel_constraint
+        return (isinstance(q, quantizers_lib.SteSign) and isinstance(c, WeightClip)
+                and c.clip_value <= q.get_config()["clip_value"])
+
+    def _clip_initial_kernel(self):
+        """Applies ``WeightClip`` to the initial kernel, so it holds from the first step on."""
+        if self.quantized and isinstance(self.kernel_constraint, WeightClip):
+            self.kernel.assign(self.kernel_constraint(self.kernel))
+
+    def _quantized_kernel(self):
+        """``kernel_quantizer(kernel)``; for a kernel kept in range by its ``WeightClip``, the
+        same sign with the mask skipped (it is all ones): no extra pass over the weights."""
+        if self._kernel_kept_in_range():
+            return quantizers_lib.ste_sign(self.kernel, clip_value=float("inf"))
+        return self.kernel_quantizer(self.kernel)
+
     def _effective_kernel(self):
         if not self.quantized:
             return self.kernel
-        kernel = self.kernel if self.kernel_quantizer is None else self.kernel_quantizer(self.kernel)
+        kernel = self.kernel if self.kernel_quantizer is None else self._quantized_kernel()
         scale = self.kernel_scale()
         return kernel if scale is None else kernel * ops.cast(scale, kernel.dtype)
 
@@ -112,6 +131,10 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
                          kernel_constraint=self._default_constraint(precision, kernel_constraint),
                          **kwargs)
 
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._clip_initial_kernel()
+
     def call(self, inputs, training=None):
         x = ops.matmul(self._quantize_inputs(inputs), self._effective_kernel())
         if self.bias is not None:
@@ -145,6 +168,10 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
                          kernel_constraint=self._default_constraint(precision, kernel_constraint),
                          **kwargs)
         self.pad_values = float(pad_values)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._clip_initial_kernel()
 
     def _same_padding(self, inputs):
         """Explicit 'same' padding amounts, as ``[[0,0],[top,bottom],[left,right],[0,0]]``."""

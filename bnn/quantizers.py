@@ -11,6 +11,7 @@ Look a quantizer up with :func:`get`; add your own with :func:`register`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import keras
@@ -68,6 +69,12 @@ def _masked(dy: tf.Tensor, x: tf.Tensor, clip_value: tf.Tensor) -> tf.Tensor:
     return tf.where(tf.abs(x) <= clip_value, dy, tf.zeros_like(dy))
 
 
+@tf.custom_gradient
+def _sign_pass_through(x: tf.Tensor):
+    """Fused sign forward, gradient ``dy`` (the straight-through estimator without a mask)."""
+    return _fused_sign(x), lambda dy: tf.identity(dy)
+
+
 def ste_sign(x: tf.Tensor, clip_value: float = 1.0) -> tf.Tensor:
     r"""Sign with the straight-through estimator (BinaryNet, Courbariaux et al. 2016).
 
@@ -79,9 +86,11 @@ def ste_sign(x: tf.Tensor, clip_value: float = 1.0) -> tf.Tensor:
     Speed: the forward pass is one fused (XLA) pass, and two read-only reductions record whether
     every :math:`|x| \le` ``clip_value``; when so (always the case for latent weights kept in
     range by ``WeightClip``), the backward pass hands ``dy`` through without touching ``x``
-    again.
+    again. With ``clip_value=inf`` nothing is checked: the gradient is ``dy``.
     """
     x = tf.convert_to_tensor(x)
+    if math.isinf(clip_value) and clip_value > 0:
+        return _sign_pass_through(x)
 
     @tf.custom_gradient
     def _op(x):

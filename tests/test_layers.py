@@ -157,3 +157,40 @@ def test_train_step_under_mirrored_strategy_on_two_logical_cpus():
     after = model.layers[0].kernel.numpy()
     assert np.isfinite(history.history["loss"][0])
     assert not np.array_equal(before, after) and np.abs(after).max() <= 1.0
+
+
+@pytest.mark.parametrize("make", [lambda **kw: bnn.BinaryDense(4, **kw),
+                                  lambda **kw: bnn.BinaryConv2D(4, 3, **kw)])
+def test_initial_kernel_is_clipped_into_the_weight_clip_range(make):
+    layer = make(kernel_initializer=keras.initializers.RandomUniform(-3.0, 3.0))
+    layer.build((2, 5, 5, 3) if isinstance(layer, bnn.BinaryConv2D) else (2, 6))
+    kernel = layer.kernel.numpy()
+    assert np.abs(kernel).max() <= 1.0 and (np.abs(kernel) == 1.0).any()
+    unclipped = make(kernel_initializer=keras.initializers.Constant(3.0), kernel_constraint=None)
+    unclipped.build((2, 5, 5, 3) if isinstance(unclipped, bnn.BinaryConv2D) else (2, 6))
+    assert (unclipped.kernel.numpy() == 3.0).all()
+
+
+def _kernel_gradient(layer, x):
+    with tf.GradientTape() as tape:
+        y = layer(x)
+        loss = tf.reduce_sum(y * tf.range(1.0, y.shape[-1] + 1.0))
+    return tape.gradient(loss, layer.kernel).numpy()
+
+
+def test_kernel_gradient_is_the_straight_through_estimate_with_and_without_the_fast_path():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(8, 6)).astype("float32")
+    upstream = np.arange(1.0, 4.0, dtype="float32")  # d loss / d y, per unit
+    expected_in_range = np_sign(x).T @ np.tile(upstream, (8, 1))  # mask all ones
+    clipped = bnn.BinaryDense(3)  # WeightClip(1): the mask is skipped, being all ones
+    clipped.build((8, 6))
+    assert clipped._kernel_kept_in_range()
+    np.testing.assert_allclose(_kernel_gradient(clipped, x), expected_in_range, rtol=1e-6)
+    wide = bnn.BinaryDense(3, kernel_constraint=bnn.WeightClip(2.0))  # mask computed
+    wide.build((8, 6))
+    assert not wide._kernel_kept_in_range()
+    wide.kernel.assign(np.where(rng.random((6, 3)) < 0.3, 1.5, 0.5) * np_sign(
+        rng.normal(size=(6, 3))))
+    mask = (np.abs(wide.kernel.numpy()) <= 1.0).astype("float32")
+    np.testing.assert_allclose(_kernel_gradient(wide, x), expected_in_range * mask, rtol=1e-6)

@@ -85,3 +85,13 @@ def test_ste_sign_as_keras_activation_saves_and_loads(tmp_path):
     restored = keras.models.load_model(path)
     np.testing.assert_array_equal(model(x), restored(x))
     assert set(np.unique(restored(x))) <= {-1.0, 1.0}
+
+
+def test_ste_sign_with_infinite_clip_passes_every_gradient():
+    x = tf.constant([-5.0, -1.0, 0.0, 0.5, 3.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = bnn.quantizers.ste_sign(x, clip_value=float("inf"))
+        loss = tf.reduce_sum(y * tf.constant([1.0, 2.0, 3.0, 4.0, 5.0]))
+    np.testing.assert_array_equal(y.numpy(), [-1.0, -1.0, 1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(tape.gradient(loss, x).numpy(), [1.0, 2.0, 3.0, 4.0, 5.0])
