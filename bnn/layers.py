@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
@@ -184,15 +185,35 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
             pads[axis] = [total // 2, total - total // 2]
         return pads
 
+    def _padding_correction(self, x, kernel):
+        """``conv(pad(x, v)) - conv(pad(x, 0))``: the kernel taps that fall in the padding, times
+        ``v``, summed per output position and filter. It does not depend on ``x``, so it is one
+        convolution of a single padding-indicator image; ``None`` where shapes are not static."""
+        if self.data_format != "channels_last" or None in tuple(x.shape[1:]):
+            return None
+        pads = self._same_padding(x)
+        h, w, c = (int(d) for d in x.shape[1:])
+        border = np.full((1, h + sum(pads[1]), w + sum(pads[2]), c), self.pad_values, "float32")
+        border[:, pads[1][0]:pads[1][0] + h, pads[2][0]:pads[2][0] + w, :] = 0.0
+        return ops.conv(ops.cast(border, kernel.dtype), kernel, strides=list(self.strides),
+                        padding="valid", dilation_rate=self.dilation_rate)
+
     def call(self, inputs):
         x = self._quantize_inputs(inputs)
-        if self.padding == "same" and self.pad_values != 0.0 and self.quantized:
-            x = ops.pad(x, self._same_padding(x), constant_values=self.pad_values)
-            outputs = ops.conv(x, self._effective_kernel(), strides=list(self.strides),
-                               padding="valid", dilation_rate=self.dilation_rate,
-                               data_format=self.data_format)
+        kernel = self._effective_kernel()
+        if not (self.padding == "same" and self.pad_values != 0.0 and self.quantized):
+            outputs = self.convolution_op(x, kernel)
         else:
-            outputs = self.convolution_op(x, self._effective_kernel())
+            # ±1 inputs: the zero-padded convolution plus the padding's share, exact in integers
+            # and cheaper than padding the batch; real inputs: pad explicitly, rounding as export
+            correction = (self._padding_correction(x, kernel)
+                          if self.input_quantizer is not None else None)
+            if correction is not None:
+                outputs = ops.add(self.convolution_op(x, kernel), correction)
+            else:
+                x = ops.pad(x, self._same_padding(x), constant_values=self.pad_values)
+                outputs = ops.conv(x, kernel, strides=list(self.strides), padding="valid",
+                                   dilation_rate=self.dilation_rate, data_format=self.data_format)
         if self.use_bias:
             shape = (1, 1, 1, self.filters) if self.data_format == "channels_last" else (
                 1, self.filters, 1, 1)

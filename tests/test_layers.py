@@ -194,3 +194,18 @@ def test_kernel_gradient_is_the_straight_through_estimate_with_and_without_the_f
         rng.normal(size=(6, 3))))
     mask = (np.abs(wide.kernel.numpy()) <= 1.0).astype("float32")
     np.testing.assert_allclose(_kernel_gradient(wide, x), expected_in_range * mask, rtol=1e-6)
+
+
+@pytest.mark.parametrize("strides, dilation", [(1, 1), (2, 1), (1, 2)])
+def test_plus_one_padding_by_correction_equals_padding_the_inputs(strides, dilation):
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 7, 9, 4)).astype("float32")
+    layer = bnn.BinaryConv2D(5, 3, padding="same", pad_values=1.0, strides=strides,
+                             dilation_rate=dilation)
+    y = layer(x).numpy()
+    pads = layer._same_padding(x)
+    padded = np.pad(np_sign(x), pads, constant_values=1.0)
+    expected = tf.nn.conv2d(padded, np_sign(layer.kernel.numpy()), strides, "VALID",
+                            dilations=dilation).numpy()
+    np.testing.assert_array_equal(y, expected)
+    assert layer._padding_correction(tf.constant(np_sign(x)), layer.kernel) is not None
