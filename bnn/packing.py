@@ -326,6 +326,12 @@ class _Stage(tf.Module):
         return None
 
     @tf.function(jit_compile=True)
+    def call_xla(self, x: tf.Tensor) -> tf.Tensor:
+        """The stage as its own XLA computation (the native path's stages without native
+        kernels), so its float math rounds as in the all-XLA paths."""
+        return self(x)
+
+    @tf.function(jit_compile=True)
     def _tail_xla(self, a: tf.Tensor) -> tf.Tensor:
         """:meth:`_tail` compiled by XLA, as in the all-XLA paths, so the float logits round
         the same way on every path."""
@@ -483,12 +489,12 @@ class PackedModel(tf.Module):
 
     def _native(self, x: tf.Tensor) -> tf.Tensor:
         """Packed dense stages (and the integer first stage's threshold) on the native kernels,
-        the other stages as ordinary TensorFlow ops; the kernels use all intra-op threads."""
+        each other stage as one XLA call; the kernels use all intra-op threads."""
         if self._int8:
             x = self.stages[0].integer_product(x)
         for stage in self.stages:
             y = stage.native_call(x)
-            x = stage(x) if y is None else y
+            x = stage.call_xla(x) if y is None else y
         return x
 
     def _forward(self, x: tf.Tensor) -> tf.Tensor:
