@@ -1,6 +1,6 @@
 """Native xor-popcount kernels for packed inference, built on first use.
 
-``xor_popcount.cc`` (next to this file) defines three TensorFlow CPU ops, vectorized with
+``xor_popcount.cc`` (next to this file) defines four TensorFlow CPU ops, vectorized with
 AVX-512 VPOPCNTDQ where the CPU has it. The first call to :func:`library` compiles it with the
 host's C++ compiler (``$CXX``, else ``g++`` or ``c++``) for this CPU (``-march=native``) against the
 installed TensorFlow's headers, caches the shared library under :func:`cache_dir`, loads it with
@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ["SOURCE", "cache_dir", "library", "available", "unavailable_reason",
-           "xor_popcount", "xor_popcount_sign", "threshold_pack"]
+           "xor_popcount", "xor_popcount_sign", "threshold_pack", "bitplane_sign"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
 _BUILD_TIMEOUT_S = 600
@@ -121,11 +121,15 @@ def _self_check(lib) -> str | None:
     expected = _pack_rows(np.where((dots >= threshold) ^ flip, 1.0, -1.0))
     xw, ww = _pack_rows(x), np.ascontiguousarray(_pack_rows(w.T).T)
     fw = _pack_rows(np.where(flip, 1.0, -1.0))[0]
+    pixels = rng.integers(0, 256, (5, 130)).astype(np.uint8)
     try:
         ok = (np.array_equal(130 - 2 * lib.bnn_xor_popcount(xw, ww).numpy(), dots)
               and np.array_equal(lib.bnn_xor_popcount_sign(xw, ww, threshold, fw, n=130).numpy(),
                                  expected)
-              and np.array_equal(lib.bnn_threshold_pack(dots, threshold, fw).numpy(), expected))
+              and np.array_equal(lib.bnn_threshold_pack(dots, threshold, fw).numpy(), expected)
+              and np.array_equal(lib.bnn_bitplane_sign(pixels, ww, 100 * threshold, fw).numpy(),
+                                 _pack_rows(np.where((pixels.astype(np.int64) @ w
+                                                      >= 100 * threshold) ^ flip, 1.0, -1.0))))
     except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
         return f"native kernels failed their check: {exc}"
     return None if ok else "native kernels gave wrong results in their check"
@@ -166,3 +170,16 @@ def xor_popcount_sign(x_words: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tens
 def threshold_pack(a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
     """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""
     return library().bnn_threshold_pack(a, threshold, flip)
+
+
+def bitplane_sign(u: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
+                  encoding: dict[str, float] | None = None) -> tf.Tensor:
+    """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
+    [0, 255] (each example flattened) and a packed ±1 kernel ``w`` ``(words, units)``, exact,
+    from the 8 bit planes of ``u``. ``u`` is uint8, or float32 ``x`` with ``encoding``
+    ``{"scale": s, "offset": o}``, encoded to ``clip(round((x - o) / s), 0, 255)``."""
+    if encoding is None:
+        return library().bnn_bitplane_sign(u, w_words, threshold, flip)
+    return library().bnn_bitplane_sign(u, w_words, threshold, flip,
+                                       scale=float(encoding["scale"]),
+                                       offset=float(encoding["offset"]))

@@ -34,12 +34,15 @@ from bnn import kernels
 
 __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
            "int8_matmul_available", "PackedModel", "NativeKernelsUnavailable", "WORD_BITS",
-           "LARGE_BATCH"]
+           "LARGE_BATCH", "EAGER_BATCH"]
 
 WORD_BITS = 64
 #: Batches of at least this many examples run the int8 oneDNN first layer (when available) and
 #: split the XLA part into two halves that run concurrently; smaller batches run one XLA call.
 LARGE_BATCH = 16
+#: With native kernels, batches under this size of a model with an integer first stage and packed
+#: dense layers run as a chain of eager native ops (no graph call at all).
+EAGER_BATCH = 64
 _BLOCK_WORDS = 4
 _WORD_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
@@ -206,6 +209,8 @@ class _Stage(tf.Module):
             self.variance = const("bn_variance", tf.float32)
             self.gamma = const("bn_gamma", tf.float32) if "bn_gamma" in arrays else None
             self.beta = const("bn_beta", tf.float32) if "bn_beta" in arrays else None
+        if self.output == "logits":
+            self._fold_logits(arrays)
         if self.op == "conv2d":
             self.kh, self.kw = spec["kernel_size"]
             self.sh, self.sw = spec["strides"]
@@ -219,6 +224,24 @@ class _Stage(tf.Module):
             self.corr = self.pad_mask = None
             if self.packed_in and any(p for pair in self.pads for p in pair):
                 self._padding_constants(arrays)
+
+    def _fold_logits(self, arrays):
+        """Batch norm (and bias) of the logits as ``a * scale + shift`` per channel, folded in
+        float64 and rounded once to float32: the bias commutes with max-pooling (it is the same
+        across a window), so it folds into ``shift`` even when the stage pools."""
+        var = np.asarray(arrays["bn_variance"], np.float64)
+        scale = 1.0 / np.sqrt(var + float(self.spec["bn_epsilon"]))
+        if "bn_gamma" in arrays:
+            scale = scale * np.asarray(arrays["bn_gamma"], np.float64)
+        shift = -np.asarray(arrays["bn_mean"], np.float64) * scale
+        if "bn_beta" in arrays:
+            shift = shift + np.asarray(arrays["bn_beta"], np.float64)
+        if "bias" in arrays:
+            shift = shift + np.asarray(arrays["bias"], np.float64) * scale
+        self.logit_scale_np = scale.astype(np.float32)
+        self.logit_shift_np = shift.astype(np.float32)
+        self.logit_scale = tf.constant(self.logit_scale_np)
+        self.logit_shift = tf.constant(self.logit_shift_np)
 
     def _padding_constants(self, arrays):
         """Packed-input padding: -1 padding is 0 bits; +1 padding ORs in a word mask of the real
@@ -338,15 +361,26 @@ class _Stage(tf.Module):
         return self._tail(a)
 
     def _tail(self, a: tf.Tensor) -> tf.Tensor:
-        """Bias, max-pool and batch norm of a real or integer pre-activation, then the logits or
-        the sign bits."""
+        """Bias, max-pool and batch norm of a real or integer pre-activation, then the sign bits;
+        or, for the logits, max-pool and the folded affine map ``a * scale + shift``."""
         a = tf.cast(a, tf.float32)
+        if self.output == "logits":
+            if self.pool:
+                a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
+            return a * self.logit_scale + self.logit_shift
         if self.bias is not None:
             a = a + self.bias
         if self.pool:
             a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
-        y = self._norm(a)
-        return _pack_tf(y >= 0, self.units) if self.output == "bits" else y
+        return _pack_tf(self._norm(a) >= 0, self.units)
+
+    def logits_numpy(self, dots: np.ndarray) -> np.ndarray:
+        """The logits stage's affine map in numpy for integer dot products of a stage without
+        pooling, rounded as XLA's fused multiply-add on CPU: the float32 product is exact in
+        float64, so the sum is rounded once (to float64, then float32; the two roundings differ
+        from one only on an exact float32 tie after the first)."""
+        product = dots.astype(np.float64) * self.logit_scale_np.astype(np.float64)
+        return (product + self.logit_shift_np.astype(np.float64)).astype(np.float32)
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         if self.spec.get("binarize_input"):
@@ -421,20 +455,22 @@ class PackedModel(tf.Module):
         input_encoding: ``{"scale": s, "offset": o}`` when the first stage takes uint8 pixels
             ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
 
-        native: run batches of :data:`LARGE_BATCH` or more on the native kernels of
-            :mod:`bnn.kernels`; ``None`` (default): where they are available and the model has
-            no packed convolutions; ``True`` raises :class:`NativeKernelsUnavailable` where
-            they cannot run it.
+        native: use the native kernels of :mod:`bnn.kernels`; ``None`` (default): where they
+            are available and the model has no packed convolutions; ``True`` raises
+            :class:`NativeKernelsUnavailable` where they cannot run it.
 
-    Calls dispatch to concrete functions traced once each, chosen by batch size and input
-    dtype (no retracing, no per-call Python work per layer): batches under :data:`LARGE_BATCH`
-    run one XLA call (batch 1 with a static shape, where an integer first stage uses bit
-    planes). Larger ones run, with native kernels, the int8 first layer (when
-    :func:`int8_matmul_available`) and then the native packed dense layers, each spread over
-    the intra-op threads; without them, two independent halves of the batch, each the int8
-    first layer and one XLA call for the rest, which TensorFlow can run on two cores at once.
-    All paths compute the same integers and round the float logits in the same XLA code, so
-    they give identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
+    Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
+    per layer. With native kernels, a model with an integer first stage and packed dense layers
+    (the MLP) runs batches under :data:`EAGER_BATCH` as a chain of eager native ops (bit-plane
+    first layer, xor-popcount layers, logits in numpy), with no graph call at all; larger
+    batches, and other models' batches of :data:`LARGE_BATCH` or more, run one graph: the int8
+    first layer (when :func:`int8_matmul_available`), native packed dense layers spread over the
+    intra-op threads, and the other stages as XLA calls. Without native kernels, batches under
+    :data:`LARGE_BATCH` run one XLA call (batch 1 with a static shape, where an integer first
+    stage uses bit planes), larger ones two independent halves, each the int8 first layer and
+    one XLA call for the rest, which TensorFlow can run on two cores at once. All paths compute
+    the same integers and round the float logits alike (XLA's fused multiply-add), so they give
+    identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
     """
 
     def __init__(self, stages: Sequence[dict[str, Any]],
@@ -472,6 +508,7 @@ class PackedModel(tf.Module):
                     self._entry(in_dtype, mode), jit_compile=mode == "xla",
                     input_signature=[tf.TensorSpec([batch, *self.input_shape], dtype)])
         self._dispatch = _Dispatch(functions)
+        self._chain = self._eager_chain() if self.native else None
         self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=True,
                                  input_signature=[tf.TensorSpec([None, *self.input_shape])])
 
@@ -486,6 +523,34 @@ class PackedModel(tf.Module):
                 x = self._encode(x)
             return run(x)
         return entry
+
+    def _eager_chain(self) -> list | None:
+        """Constants for running small batches as a chain of eager native ops (no graph call):
+        for an integer first stage, packed dense hidden stages and a packed dense logits stage
+        without pooling; ``None`` for other models."""
+        first, middle, last = self.stages[0], self.stages[1:-1], self.stages[-1]
+        if not (first.integer_in and first.output == "bits" and len(self.stages) >= 2
+                and all(st.packed_in and st.op == "dense" and st.output == "bits"
+                        for st in middle)
+                and last.packed_in and last.op == "dense" and last.output == "logits"
+                and not last.pool):
+            return None
+        const = lambda v: tf.constant(v.numpy())  # noqa: E731
+        chain = [(const(first.kernel_words), const(first.threshold), const(first.flip))]
+        chain += [(const(st.kernel), const(st.threshold), const(st.flip),
+                   int(np.prod(st.in_shape))) for st in middle]
+        return chain + [(const(last.kernel), int(np.prod(last.in_shape)))]
+
+    def _eager(self, x: tf.Tensor) -> tf.Tensor:
+        """A small batch through :meth:`_eager_chain`: a few eager native ops and numpy for the
+        logits, which round exactly as the XLA paths' multiply and add."""
+        words = kernels.bitplane_sign(x, *self._chain[0], encoding=(
+            None if x.dtype == tf.uint8 else self.input_encoding))
+        for kernel, threshold, flip, n in self._chain[1:-1]:
+            words = kernels.xor_popcount_sign(words, kernel, threshold, flip, n)
+        kernel, n = self._chain[-1]
+        dots = n - 2 * kernels.xor_popcount(words, kernel).numpy()
+        return tf.constant(self.stages[-1].logits_numpy(dots))
 
     def _native(self, x: tf.Tensor) -> tf.Tensor:
         """Packed dense stages (and the integer first stage's threshold) on the native kernels,
@@ -525,6 +590,8 @@ class PackedModel(tf.Module):
         x = tf.convert_to_tensor(x)
         if x.dtype != tf.uint8 or self.input_encoding is None:
             x = tf.cast(x, tf.float32)
+        if self._chain is not None and x.shape[0] < EAGER_BATCH:
+            return self._eager(x)
         return self._dispatch.get(x.shape[0], x.dtype.name)(x)
 
     def predict(self, x, batch_size: int = 256) -> np.ndarray:

@@ -11,6 +11,8 @@
 //       -> (batch, ceil(units / 64)) int64: bit u of row b is [n - 2 * mismatches >= threshold[u]],
 //       then XOR flip; pad bits past `units` are 0.
 //   BnnThresholdPack(a (batch, units) int32, threshold, flip) -> the same words for a >= threshold.
+//   BnnBitplaneSign(u (batch, ...) uint8 or float, w, threshold, flip) -> the same words for the
+//       exact integer product u . w of 8-bit pixels (floats are encoded to pixels first).
 //
 // With AVX-512 VPOPCNTDQ, one 512-bit register holds word k of 8 neighbouring units (w is stored
 // units-minor), so a broadcast x word, an xor, a popcount and an add advance 8 dot products; a tile
@@ -18,8 +20,10 @@
 // intra-op threads in tiles of 64 units (one output word) by 32 rows.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512VPOPCNTDQ__)
 #include <immintrin.h>
@@ -48,8 +52,9 @@ using ::tensorflow::shape_inference::ShapeHandle;
 constexpr int64_t kGroup = 64;  // units per output word and per unit of parallel work
 constexpr int kRows = 4;        // batch rows per register tile
 
-// Mismatch counts for rows [0, rows) and units [u0, u0 + width), width <= 64, into
-// counts[r * 64 + (u - u0)].
+// Mismatch counts (kAnd: counts of common set bits) for rows [row0, row0 + rows) of x and
+// units [u0, u0 + width), width <= 64, into counts[r * 64 + (u - u0)].
+template <bool kAnd>
 void CountGroup(const int64_t* x, const int64_t* w, int64_t rows, int64_t words, int64_t units,
                 int64_t u0, int64_t width, int32_t* counts, int64_t row0) {
 #ifdef BNN_AVX512
@@ -76,7 +81,8 @@ void CountGroup(const int64_t* x, const int64_t* w, int64_t rows, int64_t words,
           const __m512i xv = _mm512_set1_epi64(xr[r * words + k]);
           for (int j = 0; j < 4; ++j)
             acc[r][j] = _mm512_add_epi64(
-                acc[r][j], _mm512_popcnt_epi64(_mm512_xor_si512(xv, wv[j])));
+                acc[r][j], _mm512_popcnt_epi64(kAnd ? _mm512_and_si512(xv, wv[j])
+                                                    : _mm512_xor_si512(xv, wv[j])));
         }
       }
       for (int r = 0; r < nr; ++r)
@@ -91,7 +97,8 @@ void CountGroup(const int64_t* x, const int64_t* w, int64_t rows, int64_t words,
     for (int64_t u = 0; u < width; ++u) {
       int32_t c = 0;
       for (int64_t k = 0; k < words; ++k)
-        c += __builtin_popcountll(static_cast<uint64_t>(xr[k] ^ w[k * units + u0 + u]));
+        c += __builtin_popcountll(static_cast<uint64_t>(
+            kAnd ? xr[k] & w[k * units + u0 + u] : xr[k] ^ w[k * units + u0 + u]));
       counts[r * kGroup + u] = c;
     }
   }
@@ -170,6 +177,23 @@ REGISTER_OP("BnnThresholdPack")
       return Status();
     });
 
+REGISTER_OP("BnnBitplaneSign")
+    .Input("u: T")
+    .Input("w: int64")
+    .Input("threshold: int32")
+    .Input("flip: int64")
+    .Attr("T: {uint8, float}")
+    .Attr("scale: float = 1.0")
+    .Attr("offset: float = 0.0")
+    .Output("words: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle u, w;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 2, &u));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &w));
+      c->set_output(0, c->Matrix(c->Dim(u, 0), WordsOf(c, c->Dim(w, 1))));
+      return Status();
+    });
+
 // Checks the shapes shared by the kernels; returns false after setting an error on ctx.
 bool CheckThresholds(OpKernelContext* ctx, const Tensor& threshold, const Tensor& flip,
                      int64_t units) {
@@ -232,7 +256,7 @@ class XorPopcountOp : public OpKernel {
         const int64_t g = item % out_words, r0 = (item / out_words) * kChunk;
         const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
         const int64_t rows = std::min(kChunk, batch - r0);
-        CountGroup(xp, wp, rows, words, units, u0, width, counts, r0);
+        CountGroup<false>(xp, wp, rows, words, units, u0, width, counts, r0);
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t* c = counts + r * kGroup;
           if (sign)
@@ -243,7 +267,8 @@ class XorPopcountOp : public OpKernel {
         }
       }
     };
-    const int64_t cost = std::max<int64_t>(1, kChunk * words * kGroup / 4);
+    // Cost per item in rough cycles, for the real rows (one example is not worth a thread).
+    const int64_t cost = std::max<int64_t>(1, std::min(kChunk, batch) * words * kGroup / 4);
     ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
         chunks * out_words, cost, work);
   }
@@ -283,7 +308,109 @@ class ThresholdPackOp : public OpKernel {
   }
 };
 
+// Pixel u in [0, 255]: uint8 as is; float x encoded as clip(round_half_even((x - offset) / scale)),
+// the float32 arithmetic of bnn.packing's encoder.
+inline uint32_t Pixel(uint8_t u, float, float) { return u; }
+inline uint32_t Pixel(float x, float scale, float offset) {
+  const float u = std::nearbyint((x - offset) / scale);
+  return static_cast<uint32_t>(std::min(std::max(u, 0.0f), 255.0f));
+}
+
+// First layer on 8-bit pixels u (batch, ...) (uint8, or floats encoded to them; each example
+// flattened) and +-1 kernel bits w: z = u . w = 2 * sum_p 2^p popcount(plane_p AND w) - sum(u),
+// exact; output bits [z >= threshold] XOR flip, packed. Each row's 8 bit planes are packed words,
+// counted against w like rows of the xor kernel.
+template <typename T>
+class BitplaneSignOp : public OpKernel {
+ public:
+  explicit BitplaneSignOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& u = ctx->input(0);
+    const Tensor& w = ctx->input(1);
+    OP_REQUIRES(ctx, u.dims() >= 2 && w.dims() == 2,
+                InvalidArgument("u must have a batch axis and w must be a matrix, got ",
+                                u.shape().DebugString(), " and ", w.shape().DebugString()));
+    const int64_t batch = u.dim_size(0), words = w.dim_size(0), units = w.dim_size(1);
+    const int64_t n = batch ? u.NumElements() / batch : 0;
+    OP_REQUIRES(ctx, batch == 0 || words == (n + kGroup - 1) / kGroup,
+                InvalidArgument("u has ", n, " values per example, which pack into ",
+                                (n + kGroup - 1) / kGroup, " words, but w has ", words));
+    if (!CheckThresholds(ctx, ctx->input(2), ctx->input(3), units)) return;
+    const int64_t out_words = (units + kGroup - 1) / kGroup;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, out_words}), &out));
+    if (batch == 0 || units == 0) return;
+    std::vector<int64_t> planes(batch * 8 * words, 0);  // row b * 8 + p: bit p of each pixel
+    std::vector<int32_t> totals(batch, 0);
+    std::vector<uint8_t> pixels(words * kGroup, 0);  // one example, zero-padded to whole words
+    const T* up = u.flat<T>().data();
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t* row = planes.data() + b * 8 * words;
+      int32_t total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        pixels[i] = static_cast<uint8_t>(Pixel(up[b * n + i], scale_, offset_));
+        total += pixels[i];
+      }
+      totals[b] = total;
+      for (int64_t k = 0; k < words; ++k) {
+        const uint8_t* chunk = pixels.data() + k * kGroup;
+#ifdef BNN_AVX512
+        const __m512i v = _mm512_loadu_si512(chunk);
+        for (int p = 0; p < 8; ++p)
+          row[p * words + k] = static_cast<int64_t>(
+              _mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(1 << p))));
+#else
+        for (int64_t i = 0; i < kGroup; ++i)
+          for (int p = 0; p < 8; ++p)
+            row[p * words + k] |= static_cast<int64_t>(uint64_t{(chunk[i] >> p) & 1u} << i);
+#endif
+      }
+    }
+    const int64_t* wp = w.flat<int64_t>().data();
+    const int32_t* threshold = ctx->input(2).flat<int32_t>().data();
+    const int64_t* flip = ctx->input(3).flat<int64_t>().data();
+    int64_t* words_out = out->flat<int64_t>().data();
+    constexpr int64_t kChunk = 4;  // examples (32 plane rows) per unit of work
+    const int64_t chunks = (batch + kChunk - 1) / kChunk;
+    auto work = [&](int64_t first, int64_t last) {
+      int32_t counts[kChunk * 8 * kGroup];
+      int32_t sums[kGroup];
+      for (int64_t item = first; item < last; ++item) {
+        const int64_t g = item % out_words, b0 = (item / out_words) * kChunk;
+        const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
+        const int64_t rows = std::min(kChunk, batch - b0);
+        CountGroup<true>(planes.data(), wp, rows * 8, words, units, u0, width, counts, b0 * 8);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t j = 0; j < width; ++j) {
+            int32_t sum = 0;
+            for (int p = 0; p < 8; ++p) sum += counts[(r * 8 + p) * kGroup + j] << p;
+            sums[j] = sum;
+          }
+          words_out[(b0 + r) * out_words + g] =
+              PackWord(sums, threshold + u0, width, 2, -totals[b0 + r], flip[g]);
+        }
+      }
+    };
+    const int64_t cost = std::max<int64_t>(1, std::min(kChunk, batch) * 8 * words * kGroup / 4);
+    ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
+        chunks * out_words, cost, work);
+  }
+
+ private:
+  float scale_ = 1.0f, offset_ = 0.0f;
+};
+
 REGISTER_KERNEL_BUILDER(Name("BnnXorPopcount").Device(DEVICE_CPU), XorPopcountOp);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnBitplaneSign").Device(DEVICE_CPU).TypeConstraint<uint8_t>("T"),
+    BitplaneSignOp<uint8_t>);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnBitplaneSign").Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    BitplaneSignOp<float>);
 REGISTER_KERNEL_BUILDER(Name("BnnXorPopcountSign").Device(DEVICE_CPU), XorPopcountOp);
 REGISTER_KERNEL_BUILDER(Name("BnnThresholdPack").Device(DEVICE_CPU), ThresholdPackOp);
 

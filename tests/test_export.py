@@ -11,7 +11,7 @@ import tensorflow as tf
 from bnn import models
 from bnn.export import (FORMAT_VERSION, ExportError, evaluate, export_model, load_any,
                         load_packed)
-from bnn.packing import LARGE_BATCH
+from bnn.packing import EAGER_BATCH
 from bnn.layers import BinaryConv2D, BinaryDense
 
 
@@ -202,7 +202,7 @@ def encoded(tmp_path_factory):
             layer.moving_variance.assign(rng.uniform(50, 300, 96))
     path = tmp_path_factory.mktemp("encoded") / "mlp.bnn"
     summary = export_model(model, path, input_encoding=MNIST_ENCODING)
-    pixels = rng.integers(0, 256, (2 * LARGE_BATCH + 3, 28, 28, 1)).astype(np.uint8)
+    pixels = rng.integers(0, 256, (EAGER_BATCH + 3, 28, 28, 1)).astype(np.uint8)
     x = (pixels.astype(np.float32) * np.float32(MNIST_ENCODING[0]) - 1.0).astype(np.float32)
     return model, path, summary, pixels, x
 
@@ -221,11 +221,16 @@ def test_encoded_model_reproduces_keras_from_pixels_and_normalized_inputs(encode
 def test_every_batch_path_gives_identical_logits(encoded, monkeypatch):
     _, path, _, pixels, _ = encoded
     packed = load_packed(path)
-    large = packed(pixels).numpy()  # int8 oneDNN product (when available), two XLA halves
+    large = packed(pixels).numpy()  # int8 oneDNN product (when available), then native or XLA
     small = np.concatenate([packed(pixels[i:i + 5]).numpy() for i in range(0, len(pixels), 5)])
     one = np.concatenate([packed(pixels[i:i + 1]).numpy() for i in range(9)])  # bit planes
     np.testing.assert_array_equal(small, large)
     np.testing.assert_array_equal(one, large[:9])
+    xla = load_packed(path, native=False)  # the same batches without native kernels
+    np.testing.assert_array_equal(xla(pixels).numpy(), large)
+    np.testing.assert_array_equal(
+        np.concatenate([xla(pixels[i:i + 5]).numpy() for i in range(0, len(pixels), 5)]), large)
+    np.testing.assert_array_equal(xla(pixels[:1]).numpy(), large[:1])
     monkeypatch.setattr("bnn.packing._INT8_MATMUL", False)  # TensorFlow without oneDNN
     np.testing.assert_array_equal(load_packed(path)(pixels).numpy(), large)
 

@@ -50,6 +50,29 @@ def test_kernels_equal_numpy_for_ragged_sizes(batch, n, units, seed):
 
 
 @needs_native
+@settings(max_examples=30, deadline=None)
+@given(batch=st.integers(0, 9), n=st.integers(1, 300), units=st.integers(1, 150),
+       seed=st.integers(0, 2**16))
+def test_bitplane_kernel_equals_numpy_integer_products(batch, n, units, seed):
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, (batch, n)).astype(np.uint8)
+    w = _signs(rng, (n, units))
+    z = pixels.astype(np.int64) @ w.astype(np.int64)
+    threshold = rng.integers(-255 * n // 8, 255 * n // 8 + 1, units).astype(np.int32)
+    flip = rng.random(units) < 0.5
+    expected = pack_bits(np.where((z >= threshold) ^ flip, 1.0, -1.0), axis=1).reshape(
+        batch, -(-units // 64))
+    args = (pack_bits(w, axis=0), threshold, _flip_words(flip))
+    np.testing.assert_array_equal(kernels.bitplane_sign(pixels, *args).numpy(), expected)
+    scale, offset = 1 / 127.5, -1.0  # float inputs on the pixel grid encode back to the pixels
+    x = (pixels.astype(np.float32) * np.float32(scale) + np.float32(offset)).reshape(
+        batch, 1, n, 1)
+    np.testing.assert_array_equal(
+        kernels.bitplane_sign(x, *args, encoding={"scale": scale, "offset": offset}).numpy(),
+        expected)
+
+
+@needs_native
 def test_kernels_run_inside_a_tf_function_with_unknown_batch():
     rng = np.random.default_rng(0)
     w = pack_bits(_signs(rng, (128, 64)), axis=0)
@@ -139,8 +162,12 @@ def test_native_and_xla_paths_give_identical_logits(tmp_path, encoding):
     np.testing.assert_array_equal(native(x).numpy(), native.predict(x, batch_size=7))
     np.testing.assert_allclose(native(x).numpy(), model(x, training=False).numpy(),
                                rtol=1e-5, atol=1e-4)
+    for i in range(3):  # one example: eager native ops (integer first layer) or one XLA call
+        np.testing.assert_array_equal(native(x[i:i + 1]).numpy(), xla(x[i:i + 1]).numpy())
+    assert (native._chain is not None) == bool(encoding)
     if encoding:
         np.testing.assert_array_equal(native(pixels).numpy(), native(x).numpy())
+        np.testing.assert_array_equal(native(pixels[:1]).numpy(), xla(x[:1]).numpy())
 
 
 def test_packed_convolutions_stay_on_xla(tmp_path):
