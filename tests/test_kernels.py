@@ -26,6 +26,18 @@ def _flip_words(flip):
     return pack_bits(np.where(flip, 1.0, -1.0))
 
 
+def _thresholds(rng, units, bound):
+    """Random per-unit thresholds in [-bound, bound] and flip bits."""
+    return rng.integers(-bound, bound + 1, units).astype(np.int32), rng.random(units) < 0.5
+
+
+def _expected_words(values, threshold, flip):
+    """numpy reference: rows of ``[values >= threshold] XOR flip`` packed to words."""
+    batch, units = values.shape
+    return pack_bits(np.where((values >= threshold) ^ flip, 1.0, -1.0), axis=1).reshape(
+        batch, -(-units // 64))
+
+
 @needs_native
 @settings(max_examples=30, deadline=None)
 @given(batch=st.integers(0, 70), n=st.integers(1, 300), units=st.integers(1, 150),
@@ -34,12 +46,9 @@ def test_kernels_equal_numpy_for_ragged_sizes(batch, n, units, seed):
     rng = np.random.default_rng(seed)
     x, w = _signs(rng, (batch, n)), _signs(rng, (n, units))
     dots = (x @ w).astype(np.int32)
-    threshold = rng.integers(-n - 1, n + 2, units).astype(np.int32)
-    flip = rng.random(units) < 0.5
-    words_in, words_out = -(-n // 64), -(-units // 64)
-    expected = pack_bits(np.where((dots >= threshold) ^ flip, 1.0, -1.0), axis=1).reshape(
-        batch, words_out)
-    xw, ww = pack_bits(x, axis=1).reshape(batch, words_in), pack_bits(w, axis=0)
+    threshold, flip = _thresholds(rng, units, n + 1)
+    expected = _expected_words(dots, threshold, flip)
+    xw, ww = pack_bits(x, axis=1).reshape(batch, -(-n // 64)), pack_bits(w, axis=0)
     mismatches = kernels.xor_popcount(xw, ww).numpy()
     assert mismatches.shape == (batch, units) and mismatches.dtype == np.int32
     np.testing.assert_array_equal(n - 2 * mismatches, dots)
@@ -58,10 +67,8 @@ def test_bitplane_kernel_equals_numpy_integer_products(batch, n, units, seed):
     pixels = rng.integers(0, 256, (batch, n)).astype(np.uint8)
     w = _signs(rng, (n, units))
     z = pixels.astype(np.int64) @ w.astype(np.int64)
-    threshold = rng.integers(-255 * n // 8, 255 * n // 8 + 1, units).astype(np.int32)
-    flip = rng.random(units) < 0.5
-    expected = pack_bits(np.where((z >= threshold) ^ flip, 1.0, -1.0), axis=1).reshape(
-        batch, -(-units // 64))
+    threshold, flip = _thresholds(rng, units, 255 * n // 8)
+    expected = _expected_words(z, threshold, flip)
     args = (pack_bits(w, axis=0), threshold, _flip_words(flip))
     np.testing.assert_array_equal(kernels.bitplane_sign(pixels, *args).numpy(), expected)
     scale, offset = 1 / 127.5, -1.0  # float inputs on the pixel grid encode back to the pixels
