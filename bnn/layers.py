@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from bnn import bitops
 from bnn import quantizers as quantizers_lib
 from bnn.constraints import WeightClip
 
@@ -91,6 +92,14 @@ class _QuantizedLayer:
         scale = self.kernel_scale()
         return kernel if scale is None else kernel * ops.cast(scale, kernel.dtype)
 
+    def _packed_product(self) -> bool:
+        """True when both operands of the product are exactly ±1 (``plus_minus_one`` quantizers,
+        no kernel scale), so the forward product can run by xor-popcount (:mod:`bnn.bitops`)."""
+        q_in, q_k = self.input_quantizer, self.kernel_quantizer
+        return (self.quantized and not self.scale_kernel
+                and getattr(q_in, "plus_minus_one", False) and getattr(q_k, "plus_minus_one", False)
+                and bitops.packed_training_enabled())
+
     def _quantize_inputs(self, inputs):
         if self.quantized and self.input_quantizer is not None:
             return self.input_quantizer(inputs)
@@ -137,7 +146,11 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         self._clip_initial_kernel()
 
     def call(self, inputs, training=None):
-        x = ops.matmul(self._quantize_inputs(inputs), self._effective_kernel())
+        x, kernel = self._quantize_inputs(inputs), self._effective_kernel()
+        if self._packed_product() and len(x.shape) == 2:
+            x = bitops.binary_matmul(x, kernel)
+        else:
+            x = ops.matmul(x, kernel)
         if self.bias is not None:
             x = ops.add(x, self.bias)
         if self.activation is not None:
@@ -198,10 +211,25 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
         return ops.conv(ops.cast(border, kernel.dtype), kernel, strides=list(self.strides),
                         padding="valid", dilation_rate=self.dilation_rate)
 
+    def _packed_convolution(self, x, kernel):
+        """The convolution by xor-popcount, or None where that does not apply: operands not
+        both ±1, channels first, dilation, groups, unknown input sizes, or 'same' padding
+        with a value other than ±1."""
+        if not (self._packed_product() and self.data_format == "channels_last"
+                and tuple(self.dilation_rate) == (1, 1) and self.groups == 1
+                and None not in tuple(x.shape[1:])):
+            return None
+        if self.padding == "valid" or self.pad_values in (1.0, -1.0):
+            return bitops.binary_conv2d(x, kernel, self.strides, self.padding, self.pad_values)
+        return None
+
     def call(self, inputs):
         x = self._quantize_inputs(inputs)
         kernel = self._effective_kernel()
-        if not (self.padding == "same" and self.pad_values != 0.0 and self.quantized):
+        packed = self._packed_convolution(x, kernel)
+        if packed is not None:
+            outputs = packed
+        elif not (self.padding == "same" and self.pad_values != 0.0 and self.quantized):
             outputs = self.convolution_op(x, kernel)
         else:
             # ±1 inputs: the zero-padded convolution plus the padding's share, exact in integers

@@ -31,19 +31,18 @@ import numpy as np
 import tensorflow as tf
 
 from bnn import kernels
+from bnn.bitops import WORD_BITS, pack, same_pads, xor_popcount_conv2d, xor_popcount_matmul
 
 __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
            "int8_matmul_available", "PackedModel", "NativeKernelsUnavailable", "WORD_BITS",
            "LARGE_BATCH", "EAGER_BATCH"]
 
-WORD_BITS = 64
 #: Batches of at least this many examples run the int8 oneDNN first layer (when available) and
 #: split the XLA part into two halves that run concurrently; smaller batches run one XLA call.
 LARGE_BATCH = 16
 #: With native kernels, batches under this size of a model with an integer first stage and packed
 #: dense layers run as a chain of eager native ops (no graph call at all).
 EAGER_BATCH = 64
-_BLOCK_WORDS = 4
 _WORD_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
 
@@ -85,40 +84,6 @@ def unpack_bits(words: np.ndarray, n: int, axis: int = -1,
     return np.moveaxis(np.where(bits == 1, 1.0, -1.0).astype(np.float32), -1, axis)
 
 
-def _accumulator(words: int) -> tf.DType:
-    """int16 (twice the SIMD width of int32) while ``words`` 64-bit words bound the mismatch
-    count below 2**15, else int32."""
-    return tf.int16 if words * WORD_BITS < 2**15 else tf.int32
-
-
-def _mismatches(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
-    """``sum_k popcount(x[b, k] XOR w[k, u])`` in ``dtype``, reduced in blocks of
-    ``_BLOCK_WORDS`` words whose partial counts are added (XLA compiles short reductions
-    into much faster CPU loops than one long reduction over a strided axis)."""
-    total = None
-    for start in range(0, int(w_words.shape[0]), _BLOCK_WORDS):
-        xor = tf.bitwise.bitwise_xor(x_words[:, start:start + _BLOCK_WORDS, None],
-                                     w_words[None, start:start + _BLOCK_WORDS, :])
-        part = tf.reduce_sum(tf.cast(tf.raw_ops.PopulationCount(x=xor), dtype), axis=1)
-        total = part if total is None else total + part
-    return total
-
-
-def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
-    """Exact ±1 matrix product from packed operands: ``sign(x) @ sign(w)`` as int32.
-
-    Args:
-        x_words: ``(batch, words)`` int64 words, ``pack_bits(x, axis=-1)`` of ``x`` (batch, n).
-        w_words: ``(words, units)`` int64 words, ``pack_bits(w, axis=0)`` of ``w`` (n, units).
-        n: the number of real bits per row (the pad bits past ``n`` must be 0 in both).
-
-    Returns:
-        ``(batch, units)`` int32, ``n - 2 * sum_k popcount(x[b, k] XOR w[k, u])``.
-    """
-    counts = _mismatches(x_words, w_words, _accumulator(int(w_words.shape[0])))
-    return n - 2 * tf.cast(counts, tf.int32)
-
-
 def fold_sign_threshold(values: np.ndarray, positive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Folds a per-channel monotone decision ``sign(f_c(a))`` over integers into a threshold.
 
@@ -153,24 +118,6 @@ def fold_sign_threshold(values: np.ndarray, positive: np.ndarray) -> tuple[np.nd
             raise ValueError(f"channel {c}: sign(batch_norm(a)) is not monotone in a, so it "
                              "cannot fold into a threshold")
     return thresholds, flips
-
-
-def _pack_tf(bits: tf.Tensor, n: int) -> tf.Tensor:
-    """bool ``(..., n)`` -> int64 words ``(..., ceil(n/64))``, bit layout of :func:`pack_bits`."""
-    pad = _words(n) * WORD_BITS - n
-    if pad:
-        bits = tf.pad(bits, [[0, 0]] * (len(bits.shape) - 1) + [[0, pad]])
-    shape = tf.concat([tf.shape(bits)[:-1], [_words(n), WORD_BITS]], 0)
-    bits = tf.cast(tf.reshape(bits, shape), tf.int64)
-    shifts = tf.constant(np.arange(WORD_BITS), tf.int64)
-    return tf.reduce_sum(tf.bitwise.left_shift(bits, shifts), axis=-1)
-
-
-def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
-    """Keras ``padding="same"`` amounts (before, after) for one spatial axis."""
-    out = -(-size // s)
-    total = max((out - 1) * s + k - size, 0)
-    return total // 2, total - total // 2
 
 
 class _Stage(tf.Module):
@@ -217,8 +164,8 @@ class _Stage(tf.Module):
             self.pad_value = float(spec["pad_value"])
             h, w = self.in_shape[0], self.in_shape[1]
             if spec["padding"] == "same":
-                self.pads = [[0, 0], list(_same_pads(h, self.kh, self.sh)),
-                             list(_same_pads(w, self.kw, self.sw)), [0, 0]]
+                self.pads = [[0, 0], list(same_pads(h, self.kh, self.sh)),
+                             list(same_pads(w, self.kw, self.sw)), [0, 0]]
             else:
                 self.pads = [[0, 0]] * 4
             self.corr = self.pad_mask = None
@@ -275,20 +222,8 @@ class _Stage(tf.Module):
         x = tf.pad(x, self.pads)
         if self.pad_mask is not None:
             x = tf.bitwise.bitwise_or(x, self.pad_mask)
-        h, w, words = x.shape[1], x.shape[2], x.shape[3]
-        ho, wo = (h - self.kh) // self.sh + 1, (w - self.kw) // self.sw + 1
-        dtype = _accumulator(self.kh * self.kw * words)
-        counts = None
-        for i in range(self.kh):  # one tap of the kernel at a time: no patch tensor
-            for j in range(self.kw):
-                tap = x[:, i:i + (ho - 1) * self.sh + 1:self.sh,
-                        j:j + (wo - 1) * self.sw + 1:self.sw, :]
-                first = (i * self.kw + j) * words
-                part = _mismatches(tf.reshape(tap, [-1, words]),
-                                   self.kernel[first:first + words], dtype)
-                counts = part if counts is None else counts + part
         n = self.kh * self.kw * self.in_shape[-1]
-        dots = tf.reshape(n - 2 * tf.cast(counts, tf.int32), [-1, ho, wo, self.units])
+        dots = xor_popcount_conv2d(x, self.kernel, (self.kh, self.kw), (self.sh, self.sw), n)
         return dots if self.corr is None else dots + self.corr
 
     def _pool_or(self, words: tf.Tensor) -> tf.Tensor:
@@ -323,8 +258,8 @@ class _Stage(tf.Module):
         example, where the product is a matrix-vector product bound by memory."""
         n = self.kernel_int8.shape[0]
         u = tf.cast(tf.reshape(u, [-1, 1, n]), tf.int32)
-        planes = _pack_tf(tf.bitwise.bitwise_and(
-            tf.bitwise.right_shift(u, tf.range(8)[None, :, None]), 1) > 0, n)  # (b, 8, words)
+        planes = pack(tf.bitwise.bitwise_and(
+            tf.bitwise.right_shift(u, tf.range(8)[None, :, None]), 1) > 0)  # (b, 8, words)
         counts = None
         for j in range(int(planes.shape[-1])):
             part = tf.cast(tf.raw_ops.PopulationCount(x=tf.bitwise.bitwise_and(
@@ -372,7 +307,7 @@ class _Stage(tf.Module):
             a = a + self.bias
         if self.pool:
             a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
-        return _pack_tf(self._norm(a) >= 0, self.units)
+        return pack(self._norm(a) >= 0)
 
     def logits_numpy(self, dots: np.ndarray) -> np.ndarray:
         """The logits stage's affine map in numpy for integer dot products of a stage without
@@ -395,7 +330,7 @@ class _Stage(tf.Module):
         else:
             a = self._linear(x)
         if (self.packed_in or self.integer_in) and self.output == "bits":
-            words = _pack_tf(a >= self.threshold, self.units)
+            words = pack(a >= self.threshold)
             if self.pool:
                 words = self._pool_or(words)
             return tf.bitwise.bitwise_xor(words, self.flip)

@@ -239,6 +239,8 @@ class Quantizer:
     name: str = ""
     function: Callable[..., tf.Tensor]
     precision: int = 1
+    #: True when every output is exactly +1 or -1 (binary layers may then use xor-popcount).
+    plus_minus_one: bool = False
 
     def __init__(self, **kwargs: Any):
         self._kwargs = kwargs
@@ -275,6 +277,7 @@ def register(cls: type[Quantizer]) -> type[Quantizer]:
 @register
 class SteSign(Quantizer):
     name, function = "ste_sign", staticmethod(ste_sign)
+    plus_minus_one = True
 
     def __init__(self, clip_value: float = 1.0):
         super().__init__(clip_value=float(clip_value))
@@ -283,6 +286,7 @@ class SteSign(Quantizer):
 @register
 class ApproxSign(Quantizer):
     name, function = "approx_sign", staticmethod(approx_sign)
+    plus_minus_one = True
 
     def __init__(self):
         super().__init__()
@@ -291,6 +295,7 @@ class ApproxSign(Quantizer):
 @register
 class SwishSign(Quantizer):
     name, function = "swish_sign", staticmethod(swish_sign)
+    plus_minus_one = True
 
     def __init__(self, beta: float = 5.0):
         super().__init__(beta=float(beta))

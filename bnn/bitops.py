@@ -1,0 +1,249 @@
+"""Packed ±1 arithmetic in TensorFlow: bit packing, xor-popcount products, and the exact binary
+matrix product and convolution that binary layers train with.
+
+A ±1 vector of length ``n`` packs into ``ceil(n / 64)`` int64 words: bit ``i % 64`` (least
+significant first) of word ``i // 64`` is 1 where element ``i`` is +1 (any value >= 0) and 0
+where it is -1; bits past ``n`` are 0. For two packed vectors the dot product is exact integer
+arithmetic, ``x . w = n - 2 * popcount(x XOR w)``.
+
+:func:`binary_matmul` and :func:`binary_conv2d` compute ``x @ w`` and ``conv(x, w)`` of ±1
+operands that way in the forward pass (one XLA computation: pack, xor, popcount) and return the
+ordinary float gradients, ``dy @ w^T`` and ``x^T @ dy`` (or the convolution's), in the backward
+pass. The result is the float product exactly, since every partial sum of ±1 terms is an integer
+far below 2**24; only the work differs: a 2048-by-2048 layer's forward product at batch 100 reads
+512 KiB of packed words instead of 16 MiB of float32 and takes a quarter of the float time on an
+AVX-512 CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["WORD_BITS", "words", "pack", "xor_popcount_matmul", "xor_popcount_conv2d",
+           "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled"]
+
+WORD_BITS = 64
+_BLOCK_WORDS = 4
+
+
+def words(n: int) -> int:
+    """Words that hold ``n`` bits."""
+    return -(-n // WORD_BITS)
+
+
+def pack(bits: tf.Tensor, axis: int = -1) -> tf.Tensor:
+    """Packs a bool tensor along ``axis`` into int64 words (the axis shrinks from ``n`` to
+    ``ceil(n / 64)``), bit layout as in the module docstring.
+
+    Bits are first gathered 32 to an int32 word and pairs of those joined into int64, which XLA
+    compiles into vector code several times faster than 64-bit shifts and sums.
+    """
+    shape = bits.shape
+    axis = axis % len(shape)
+    n = int(shape[axis])
+    dynamic = tf.shape(bits)
+    pre = dynamic[:axis]
+    post = shape[axis + 1:]
+    inner = int(np.prod(post)) if post else 1
+    x = tf.reshape(bits, tf.concat([[-1], [n, inner]], 0))
+    pad = words(n) * WORD_BITS - n
+    if pad:
+        x = tf.pad(x, [[0, 0], [0, pad], [0, 0]])
+    x = tf.reshape(tf.cast(x, tf.int32), [-1, 2 * words(n), 32, inner])
+    shifts = tf.constant(np.arange(32, dtype=np.int32)[None, None, :, None])
+    halves = tf.reduce_sum(tf.bitwise.left_shift(x, shifts), axis=2)  # (m, 2 * words, inner)
+    halves = tf.reshape(tf.cast(halves, tf.int64), [-1, words(n), 2, inner])
+    low = tf.bitwise.bitwise_and(halves[:, :, 0], 0xFFFFFFFF)
+    packed = tf.bitwise.bitwise_or(low, tf.bitwise.left_shift(halves[:, :, 1], 32))
+    out_shape = tf.concat([pre, [words(n)], tf.constant(list(post), tf.int32)], 0)
+    return tf.reshape(packed, out_shape)
+
+
+def _accumulator(n_words: int) -> tf.DType:
+    """int16 (twice the SIMD width of int32) while ``n_words`` words bound the mismatch count
+    below 2**15, else int32."""
+    return tf.int16 if n_words * WORD_BITS < 2**15 else tf.int32
+
+
+def _block_counts(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> list[tf.Tensor]:
+    """Partial ``sum_k popcount(x[b, k] XOR w[k, u])`` over blocks of a few words (XLA compiles
+    short reductions into much faster CPU loops than one long strided one)."""
+    parts = []
+    for start in range(0, int(w_words.shape[0]), _BLOCK_WORDS):
+        xor = tf.bitwise.bitwise_xor(x_words[:, start:start + _BLOCK_WORDS, None],
+                                     w_words[None, start:start + _BLOCK_WORDS, :])
+        parts.append(tf.reduce_sum(tf.cast(tf.raw_ops.PopulationCount(x=xor), dtype), axis=1))
+    return parts
+
+
+def _total(parts: list[tf.Tensor]) -> tf.Tensor:
+    """The sum of many partial counts as one reduction, so that XLA writes the total once
+    rather than fusing all the partial arrays into whatever consumes it (a transposing copy
+    that reads them in a cache-hostile order, in a convolution's backward pass)."""
+    return parts[0] if len(parts) == 1 else tf.reduce_sum(tf.stack(parts), axis=0)
+
+
+def mismatches(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """``sum_k popcount(x[b, k] XOR w[k, u])`` in ``dtype`` for ``x`` ``(batch, words)`` and
+    ``w`` ``(words, units)``."""
+    parts = _block_counts(x_words, w_words, dtype)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
+
+
+def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
+    """Exact ±1 matrix product from packed operands: ``sign(x) @ sign(w)`` as int32.
+
+    Args:
+        x_words: ``(batch, words)`` int64, ``x`` ``(batch, n)`` packed along its last axis.
+        w_words: ``(words, units)`` int64, ``w`` ``(n, units)`` packed along axis 0.
+        n: the number of real bits per row (the pad bits past ``n`` must be 0 in both).
+
+    Returns:
+        ``(batch, units)`` int32, ``n - 2 * sum_k popcount(x[b, k] XOR w[k, u])``.
+    """
+    counts = mismatches(x_words, w_words, _accumulator(int(w_words.shape[0])))
+    return n - 2 * tf.cast(counts, tf.int32)
+
+
+def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Sequence[int],
+                        strides: Sequence[int], n: int) -> tf.Tensor:
+    """Exact ±1 "valid" convolution from packed operands, as int32.
+
+    Args:
+        x_words: ``(batch, h, w, words)`` int64, the (already padded) input packed along
+            channels.
+        w_words: ``(kh * kw * words, filters)`` int64, the kernel ``(kh, kw, c, filters)``
+            packed along ``c`` and flattened over its taps.
+        kernel_size, strides: ``(kh, kw)`` and ``(sh, sw)``.
+        n: ``kh * kw * c``, the real terms of each output.
+
+    Returns:
+        ``(batch, ho, wo, filters)`` int32. The kernel is applied one tap at a time, so no patch
+        tensor is ever built.
+    """
+    kh, kw = kernel_size
+    sh, sw = strides
+    h, w, n_words = int(x_words.shape[1]), int(x_words.shape[2]), int(x_words.shape[3])
+    ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
+    dtype = _accumulator(kh * kw * n_words)
+    parts = []
+    for i in range(kh):
+        for j in range(kw):
+            tap = x_words[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
+            first = (i * kw + j) * n_words
+            parts += _block_counts(tf.reshape(tap, [-1, n_words]),
+                                   w_words[first:first + n_words], dtype)
+    counts = _total(parts)
+    units = int(w_words.shape[1])
+    return tf.reshape(n - 2 * tf.cast(counts, tf.int32), [-1, ho, wo, units])
+
+
+def packed_training_enabled() -> bool:
+    """Whether binary layers compute their ±1 forward products by xor-popcount: on by default
+    where TensorFlow sees no GPU (whose float products are faster), off with
+    ``BNN_PACKED_FORWARD=0``, forced on with ``BNN_PACKED_FORWARD=1``."""
+    setting = os.environ.get("BNN_PACKED_FORWARD", "auto").strip().lower()
+    if setting in ("0", "false", "off", "no"):
+        return False
+    if setting in ("1", "true", "on", "yes"):
+        return True
+    return not tf.config.list_physical_devices("GPU")
+
+
+@tf.function(jit_compile=True)
+def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+    n = int(w.shape[0])
+    dots = xor_popcount_matmul(pack(x >= 0, axis=-1), pack(w >= 0, axis=0), n)
+    return tf.cast(dots, x.dtype)
+
+
+def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+    """``x @ w`` for ±1 ``x`` ``(batch, n)`` and ±1 ``w`` ``(n, units)``, exact, by
+    xor-popcount; gradients ``dy @ w^T`` and ``x^T @ dy`` as for ``tf.matmul``."""
+
+    @tf.custom_gradient
+    def op(x, w):
+        def grad(dy):
+            return (tf.matmul(dy, tf.cast(w, dy.dtype), transpose_b=True),
+                    tf.cast(tf.matmul(tf.cast(x, dy.dtype), dy, transpose_a=True), w.dtype))
+
+        return _packed_matmul(x, tf.cast(w, x.dtype)), grad
+
+    return op(x, w)
+
+
+def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:
+    """``padding="same"`` amounts (before, after) along one spatial axis, as TensorFlow and
+    Keras pad: the odd one goes after."""
+    total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+@tf.function(jit_compile=True)
+def _packed_conv2d(x, w, strides, pads, pad_value):
+    if pads is not None:
+        x = tf.pad(x, [[0, 0], pads[0], pads[1], [0, 0]], constant_values=pad_value)
+    kh, kw, c, filters = (int(d) for d in w.shape)
+    w_words = tf.reshape(pack(w >= 0, axis=2), [-1, filters])
+    dots = xor_popcount_conv2d(pack(x >= 0, axis=-1), w_words, (kh, kw), strides, kh * kw * c)
+    return tf.cast(dots, x.dtype)
+
+
+def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",
+                  pad_value: float = 1.0) -> tf.Tensor:
+    """``conv2d(x, w, strides, padding)`` for ±1 ``x`` ``(batch, h, w, c)`` and ±1 ``w``
+    ``(kh, kw, c, filters)``, exact, by xor-popcount, where ``padding="same"`` pads with
+    ``pad_value`` (+1 or -1, so that every operand stays ±1) instead of 0.
+
+    The gradients are those of the float convolution: the input's is the zero-padded one (the
+    padding is constant); the kernel's adds to the zero-padded one the padding's share, one small
+    filter gradient of a border image against the batch sum of ``dy``.
+    """
+    if padding not in ("valid", "same"):
+        raise ValueError(f"binary_conv2d padding must be 'valid' or 'same', got {padding!r}")
+    if padding == "same" and pad_value not in (1.0, -1.0):
+        raise ValueError(f"binary_conv2d pads with +1 or -1 only, got pad_value={pad_value!r}")
+    strides = tuple(int(s) for s in strides)
+    kh, kw = int(w.shape[0]), int(w.shape[1])
+    pads = None
+    if padding == "same":
+        pads = (same_pads(int(x.shape[1]), kh, strides[0]),
+                same_pads(int(x.shape[2]), kw, strides[1]))
+        if not any(p for pair in pads for p in pair):
+            pads = None
+
+    @tf.custom_gradient
+    def op(x, w):
+        def grad(dy):
+            conv_args = dict(strides=[1, *strides, 1], padding=padding.upper())
+            dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=w,
+                                                out_backprop=dy, **conv_args)
+            dw = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(w),
+                                                 out_backprop=dy, **conv_args)
+            if pads is not None:
+                dw = dw + _border_filter_gradient(x, w, dy, strides, pads, pad_value)
+            return dx, dw
+
+        return _packed_conv2d(x, w, strides, pads, float(pad_value)), grad
+
+    return op(x, w)
+
+
+def _border_filter_gradient(x, w, dy, strides, pads, pad_value):
+    """The kernel gradient's share from the padding: the padded input minus the zero-padded one
+    is ``pad_value`` on the border and 0 inside, the same image for every example, so its share
+    is one filter gradient of that image against the batch sum of ``dy``."""
+    h, wd, c = (int(d) for d in x.shape[1:])
+    border = np.full((1, h + sum(pads[0]), wd + sum(pads[1]), c), pad_value, np.float32)
+    border[:, pads[0][0]:pads[0][0] + h, pads[1][0]:pads[1][0] + wd, :] = 0.0
+    return tf.raw_ops.Conv2DBackpropFilter(
+        input=tf.constant(border, dy.dtype), filter_sizes=tf.shape(w),
+        out_backprop=tf.reduce_sum(dy, axis=0, keepdims=True), strides=[1, *strides, 1],
+        padding="VALID")

@@ -1,0 +1,140 @@
+"""bnn.bitops: packing in TensorFlow, and the exact xor-popcount products binary layers train
+with (forward equal to the float product, gradients equal to the float product's)."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bnn
+from bnn import bitops
+from bnn.packing import pack_bits
+
+
+def _pm1(rng, shape):
+    return np.where(rng.random(shape) < 0.5, 1.0, -1.0).astype("float32")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 4), st.integers(1, 200), st.integers(1, 5), st.sampled_from([0, 1, -1]))
+def test_pack_equals_numpy_pack_bits_along_any_axis(rows, n, inner, axis):
+    rng = np.random.default_rng(rows * 1000 + n)
+    shape = [rows + 1, n, inner] if axis == 1 else ([n, rows + 1, inner] if axis == 0
+                                                    else [rows + 1, inner, n])
+    a = rng.standard_normal(shape).astype("float32")
+    got = bitops.pack(tf.constant(a) >= 0, axis=axis).numpy()
+    np.testing.assert_array_equal(got, pack_bits(a, axis=axis))
+
+
+def test_pack_inside_xla_with_unknown_batch():
+    fn = tf.function(lambda b: bitops.pack(b >= 0), jit_compile=True,
+                     input_signature=[tf.TensorSpec([None, 70], tf.float32)])
+    a = np.random.default_rng(0).standard_normal((3, 70)).astype("float32")
+    np.testing.assert_array_equal(fn(tf.constant(a)).numpy(), pack_bits(a))
+
+
+def _grads(fn, x, w, dy):
+    x, w = tf.constant(x), tf.constant(w)
+    with tf.GradientTape() as tape:
+        tape.watch([x, w])
+        y = fn(x, w)
+        loss = tf.reduce_sum(y * dy)
+    return (y.numpy(), *[g.numpy() for g in tape.gradient(loss, [x, w])])
+
+
+@pytest.mark.parametrize("batch,n,units", [(7, 130, 9), (1, 64, 1), (5, 2048, 33)])
+def test_binary_matmul_forward_exact_and_gradients_of_matmul(batch, n, units):
+    rng = np.random.default_rng(n)
+    x, w = _pm1(rng, (batch, n)), _pm1(rng, (n, units))
+    dy = rng.standard_normal((batch, units)).astype("float32")
+    y, dx, dw = _grads(bitops.binary_matmul, x, w, dy)
+    np.testing.assert_array_equal(y, x.astype(np.float64) @ w)
+    _, dx_ref, dw_ref = _grads(tf.matmul, x, w, dy)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(dw, dw_ref, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding,pad_value", [("same", 1.0), ("same", -1.0), ("valid", 1.0)])
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 1)])
+def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(padding, pad_value, strides):
+    rng = np.random.default_rng(sum(strides))
+    x, w = _pm1(rng, (3, 9, 8, 70)), _pm1(rng, (3, 3, 70, 5))
+
+    def reference(x, w):
+        if padding == "same":
+            pads = [[0, 0], list(bitops.same_pads(9, 3, strides[0])),
+                    list(bitops.same_pads(8, 3, strides[1])), [0, 0]]
+            x = tf.pad(x, pads, constant_values=pad_value)
+        return tf.nn.conv2d(x, w, [1, *strides, 1], "VALID")
+
+    dy = rng.standard_normal(reference(x, w).shape).astype("float32")
+    y, dx, dw = _grads(lambda a, b: bitops.binary_conv2d(a, b, strides, padding, pad_value),
+                       x, w, dy)
+    y_ref, dx_ref, dw_ref = _grads(reference, x, w, dy)
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(dw, dw_ref, rtol=1e-5, atol=1e-4)
+
+
+def test_binary_conv2d_rejects_a_padding_value_that_is_not_plus_minus_one():
+    x = tf.ones((1, 4, 4, 3))
+    with pytest.raises(ValueError, match="pads with \\+1 or -1 only"):
+        bitops.binary_conv2d(x, tf.ones((3, 3, 3, 2)), (1, 1), "same", 0.0)
+    with pytest.raises(ValueError, match="'valid' or 'same'"):
+        bitops.binary_conv2d(x, tf.ones((3, 3, 3, 2)), (1, 1), "full")
+
+
+@pytest.mark.parametrize("setting,expected", [("0", False), ("off", False), ("1", True)])
+def test_packed_training_setting(monkeypatch, setting, expected):
+    monkeypatch.setenv("BNN_PACKED_FORWARD", setting)
+    assert bitops.packed_training_enabled() is expected
+
+
+def test_auto_setting_follows_gpu_visibility(monkeypatch):
+    monkeypatch.delenv("BNN_PACKED_FORWARD", raising=False)
+    assert bitops.packed_training_enabled() is (not tf.config.list_physical_devices("GPU"))
+
+
+def _train_twice(monkeypatch, build, x, y, jit):
+    """One Adam step of the same model built with the packed forward on and off: outputs,
+    loss and updated weights."""
+    results = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv("BNN_PACKED_FORWARD", setting)
+        keras.utils.set_random_seed(3)
+        model = build()
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      jit_compile=jit)
+        out = model(x, training=False).numpy()
+        loss = model.train_on_batch(x, y)
+        results.append((out, loss, [v.numpy() for v in model.trainable_variables]))
+    return results
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name,shape", [("binarynet_mlp", (28, 28, 1)), ("vgg_small", (32, 32, 3))])
+def test_models_train_the_same_with_and_without_the_packed_forward(monkeypatch, name, shape, jit):
+    rng = np.random.default_rng(5)
+    x = rng.random((4, *shape)).astype("float32")
+    y = rng.integers(0, 10, 4)
+    options = ({"hidden_units": (96, 80)} if name == "binarynet_mlp"
+               else {"filters": (8, 16, 16, 16, 24, 24), "dense_units": (32, 32)})
+    (out1, loss1, w1), (out0, loss0, w0) = _train_twice(
+        monkeypatch, lambda: bnn.models.build(name, "binary", **options), x, y, jit)
+    np.testing.assert_array_equal(out1, out0)
+    np.testing.assert_allclose(loss1, loss0, rtol=1e-5)
+    for a, b in zip(w1, w0):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_layers_use_the_packed_product_only_for_plus_minus_one_operands(monkeypatch):
+    monkeypatch.setenv("BNN_PACKED_FORWARD", "1")
+    assert bnn.BinaryDense(4)._packed_product()
+    assert not bnn.BinaryDense(4, input_quantizer=None)._packed_product()
+    assert not bnn.BinaryDense(4, scale_kernel=True)._packed_product()
+    assert not bnn.BinaryDense(4, kernel_quantizer="ste_tern")._packed_product()
+    assert not bnn.BinaryDense(4, precision="float")._packed_product()
+    monkeypatch.setenv("BNN_PACKED_FORWARD", "0")
+    assert not bnn.BinaryDense(4)._packed_product()
