@@ -171,8 +171,10 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def op(x, w):
         def grad(dy):
-            return (tf.matmul(dy, tf.cast(w, dy.dtype), transpose_b=True),
-                    tf.cast(tf.matmul(tf.cast(x, dy.dtype), dy, transpose_a=True), w.dtype))
+            # dy @ w^T through the batch-matmul kernel: oneDNN runs it about twice as fast as
+            # MatMul with transpose_b on AVX-512 CPUs (XLA compiles both to the same dot)
+            dx = tf.raw_ops.BatchMatMulV2(x=dy[None], y=tf.cast(w, dy.dtype)[None], adj_y=True)[0]
+            return dx, tf.cast(tf.matmul(tf.cast(x, dy.dtype), dy, transpose_a=True), w.dtype)
 
         return _packed_matmul(x, tf.cast(w, x.dtype)), grad
 
