@@ -80,21 +80,24 @@ def _block_counts(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> li
     return parts
 
 
-def _total(parts: list[tf.Tensor]) -> tf.Tensor:
-    """The sum of many partial counts as one reduction, so that XLA writes the total once
-    rather than fusing all the partial arrays into whatever consumes it (a transposing copy
-    that reads them in a cache-hostile order, in a convolution's backward pass)."""
-    return parts[0] if len(parts) == 1 else tf.reduce_sum(tf.stack(parts), axis=0)
+def _sum(parts: list[tf.Tensor], one_reduction: bool = False) -> tf.Tensor:
+    """The sum of partial counts: added one by one, which XLA fuses into the consumer (fastest
+    where that consumer is elementwise), or with ``one_reduction`` as one reduction whose
+    result XLA writes once (needed where the consumer is a transposing copy, as in a
+    convolution's backward pass, which would otherwise read every partial array in a
+    cache-hostile order)."""
+    if one_reduction and len(parts) > 1:
+        return tf.reduce_sum(tf.stack(parts), axis=0)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return total
 
 
 def mismatches(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     """``sum_k popcount(x[b, k] XOR w[k, u])`` in ``dtype`` for ``x`` ``(batch, words)`` and
     ``w`` ``(words, units)``."""
-    parts = _block_counts(x_words, w_words, dtype)
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
-    return total
+    return _sum(_block_counts(x_words, w_words, dtype))
 
 
 def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
@@ -113,7 +116,8 @@ def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Te
 
 
 def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Sequence[int],
-                        strides: Sequence[int], n: int) -> tf.Tensor:
+                        strides: Sequence[int], n: int, one_reduction: bool = False
+                        ) -> tf.Tensor:
     """Exact ±1 "valid" convolution from packed operands, as int32.
 
     Args:
@@ -123,6 +127,7 @@ def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Seq
             packed along ``c`` and flattened over its taps.
         kernel_size, strides: ``(kh, kw)`` and ``(sh, sw)``.
         n: ``kh * kw * c``, the real terms of each output.
+        one_reduction: sum the taps' counts as one reduction (for training; see ``_sum``).
 
     Returns:
         ``(batch, ho, wo, filters)`` int32. The kernel is applied one tap at a time, so no patch
@@ -140,7 +145,7 @@ def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Seq
             first = (i * kw + j) * n_words
             parts += _block_counts(tf.reshape(tap, [-1, n_words]),
                                    w_words[first:first + n_words], dtype)
-    counts = _total(parts)
+    counts = _sum(parts, one_reduction)
     units = int(w_words.shape[1])
     return tf.reshape(n - 2 * tf.cast(counts, tf.int32), [-1, ho, wo, units])
 
@@ -199,7 +204,8 @@ def _packed_conv2d(x, w, strides, pads, pad_value):
         x = tf.pad(x, [[0, 0], pads[0], pads[1], [0, 0]], constant_values=pad_value)
     kh, kw, c, filters = (int(d) for d in w.shape)
     w_words = tf.reshape(pack(w >= 0, axis=2), [-1, filters])
-    dots = xor_popcount_conv2d(pack(x >= 0, axis=-1), w_words, (kh, kw), strides, kh * kw * c)
+    dots = xor_popcount_conv2d(pack(x >= 0, axis=-1), w_words, (kh, kw), strides, kh * kw * c,
+                               one_reduction=True)
     return tf.cast(dots, x.dtype)
 
 
