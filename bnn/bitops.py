@@ -80,24 +80,11 @@ def _block_counts(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> li
     return parts
 
 
-def _sum(parts: list[tf.Tensor], one_reduction: bool = False) -> tf.Tensor:
-    """The sum of partial counts: added one by one, which XLA fuses into the consumer (fastest
-    where that consumer is elementwise), or with ``one_reduction`` as one reduction whose
-    result XLA writes once (needed where the consumer is a transposing copy, as in a
-    convolution's backward pass, which would otherwise read every partial array in a
-    cache-hostile order)."""
-    if one_reduction and len(parts) > 1:
-        return tf.reduce_sum(tf.stack(parts), axis=0)
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
-    return total
-
-
 def mismatches(x_words: tf.Tensor, w_words: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
     """``sum_k popcount(x[b, k] XOR w[k, u])`` in ``dtype`` for ``x`` ``(batch, words)`` and
     ``w`` ``(words, units)``."""
-    return _sum(_block_counts(x_words, w_words, dtype))
+    parts = _block_counts(x_words, w_words, dtype)
+    return sum(parts[1:], parts[0])
 
 
 def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
@@ -116,8 +103,7 @@ def xor_popcount_matmul(x_words: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Te
 
 
 def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Sequence[int],
-                        strides: Sequence[int], n: int, one_reduction: bool = False
-                        ) -> tf.Tensor:
+                        strides: Sequence[int], n: int) -> tf.Tensor:
     """Exact ±1 "valid" convolution from packed operands, as int32.
 
     Args:
@@ -127,7 +113,6 @@ def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Seq
             packed along ``c`` and flattened over its taps.
         kernel_size, strides: ``(kh, kw)`` and ``(sh, sw)``.
         n: ``kh * kw * c``, the real terms of each output.
-        one_reduction: sum the taps' counts as one reduction (for training; see ``_sum``).
 
     Returns:
         ``(batch, ho, wo, filters)`` int32. The kernel is applied one tap at a time, so no patch
@@ -145,7 +130,7 @@ def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Seq
             first = (i * kw + j) * n_words
             parts += _block_counts(tf.reshape(tap, [-1, n_words]),
                                    w_words[first:first + n_words], dtype)
-    counts = _sum(parts, one_reduction)
+    counts = sum(parts[1:], parts[0])
     units = int(w_words.shape[1])
     return tf.reshape(n - 2 * tf.cast(counts, tf.int32), [-1, ho, wo, units])
 
@@ -204,9 +189,21 @@ def _packed_conv2d(x, w, strides, pads, pad_value):
         x = tf.pad(x, [[0, 0], pads[0], pads[1], [0, 0]], constant_values=pad_value)
     kh, kw, c, filters = (int(d) for d in w.shape)
     w_words = tf.reshape(pack(w >= 0, axis=2), [-1, filters])
-    dots = xor_popcount_conv2d(pack(x >= 0, axis=-1), w_words, (kh, kw), strides, kh * kw * c,
-                               one_reduction=True)
-    return tf.cast(dots, x.dtype)
+    x_words = pack(x >= 0, axis=-1)
+    dots = xor_popcount_conv2d(x_words, w_words, (kh, kw), strides, kh * kw * c)
+    return tf.cast(dots, x.dtype), x_words
+
+
+def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32) -> tf.Tensor:
+    """Inverse of :func:`pack` along the last axis: ``n`` values ±1 in ``dtype``."""
+    shifts = tf.constant(np.arange(WORD_BITS, dtype=np.int64))
+    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words[..., None], shifts), 1)
+    shape = tf.concat([tf.shape(words)[:-1], [int(words.shape[-1]) * WORD_BITS]], 0)
+    bits = tf.reshape(bits, shape)[..., :n]
+    return tf.where(bits > 0, tf.ones([], dtype), -tf.ones([], dtype))
+
+
+_unpack_xla = tf.function(unpack, jit_compile=True)
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",
@@ -215,9 +212,11 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
     ``(kh, kw, c, filters)``, exact, by xor-popcount, where ``padding="same"`` pads with
     ``pad_value`` (+1 or -1, so that every operand stays ±1) instead of 0.
 
-    The gradients are those of the float convolution: the input's is the zero-padded one (the
-    padding is constant); the kernel's adds to the zero-padded one the padding's share, one small
-    filter gradient of a border image against the batch sum of ``dy``.
+    The gradients are those of the float convolution of the padded input: the input's is the
+    zero-padded transposed convolution (the padding is constant); the kernel's is read from the
+    forward pass's packed, padded input, unpacked to ±1. Keeping only the packed words for the
+    backward pass also spares XLA a transposing copy of the float activations fused with their
+    producers.
     """
     if padding not in ("valid", "same"):
         raise ValueError(f"binary_conv2d padding must be 'valid' or 'same', got {padding!r}")
@@ -238,25 +237,13 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
             conv_args = dict(strides=[1, *strides, 1], padding=padding.upper())
             dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(x), filter=w,
                                                 out_backprop=dy, **conv_args)
-            dw = tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(w),
-                                                 out_backprop=dy, **conv_args)
-            if pads is not None:
-                dw = dw + _border_filter_gradient(x, w, dy, strides, pads, pad_value)
+            dw = tf.raw_ops.Conv2DBackpropFilter(
+                input=_unpack_xla(x_words, int(x.shape[-1]), dy.dtype), filter_sizes=tf.shape(w),
+                out_backprop=dy, strides=[1, *strides, 1], padding="VALID")
             return dx, dw
 
-        return _packed_conv2d(x, w, strides, pads, float(pad_value)), grad
+        y, x_words = _packed_conv2d(x, w, strides, pads, float(pad_value))
+        return y, grad
 
     return op(x, w)
 
-
-def _border_filter_gradient(x, w, dy, strides, pads, pad_value):
-    """The kernel gradient's share from the padding: the padded input minus the zero-padded one
-    is ``pad_value`` on the border and 0 inside, the same image for every example, so its share
-    is one filter gradient of that image against the batch sum of ``dy``."""
-    h, wd, c = (int(d) for d in x.shape[1:])
-    border = np.full((1, h + sum(pads[0]), wd + sum(pads[1]), c), pad_value, np.float32)
-    border[:, pads[0][0]:pads[0][0] + h, pads[1][0]:pads[1][0] + wd, :] = 0.0
-    return tf.raw_ops.Conv2DBackpropFilter(
-        input=tf.constant(border, dy.dtype), filter_sizes=tf.shape(w),
-        out_backprop=tf.reduce_sum(dy, axis=0, keepdims=True), strides=[1, *strides, 1],
-        padding="VALID")
