@@ -303,11 +303,15 @@ class _Stage(tf.Module):
             if self.pool:
                 a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
             return a * self.logit_scale + self.logit_shift
+        return pack(self._signs(a))
+
+    def _signs(self, a: tf.Tensor) -> tf.Tensor:
+        """``batch_norm(max_pool(a + bias)) >= 0``: the stage's sign bits, unpacked."""
         if self.bias is not None:
             a = a + self.bias
         if self.pool:
             a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
-        return pack(self._norm(a) >= 0)
+        return self._norm(a) >= 0
 
     def logits_numpy(self, dots: np.ndarray) -> np.ndarray:
         """The logits stage's affine map in numpy for integer dot products of a stage without
@@ -316,6 +320,16 @@ class _Stage(tf.Module):
         from one only on an exact float32 tie after the first)."""
         product = dots.astype(np.float64) * self.logit_scale_np.astype(np.float64)
         return (product + self.logit_shift_np.astype(np.float64)).astype(np.float32)
+
+    def real_signs(self, x: tf.Tensor) -> tf.Tensor:
+        """The unpacked sign bits of a hidden stage with real inputs (binarized first if the
+        source layer binarized them), as plain TensorFlow ops: outside XLA they round exactly as
+        the source Keras layers do when Keras runs without XLA (XLA may sum the product in
+        another order and fuse the batch norm's multiply and add, which moves a value within
+        rounding of 0 to the other side)."""
+        if self.spec.get("binarize_input"):
+            x = tf.where(x >= 0, 1.0, -1.0)
+        return self._signs(self._linear(x))
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
         if self.spec.get("binarize_input"):
@@ -335,6 +349,9 @@ class _Stage(tf.Module):
                 words = self._pool_or(words)
             return tf.bitwise.bitwise_xor(words, self.flip)
         return self._tail(a)
+
+
+_pack_xla = tf.function(pack, jit_compile=True)
 
 
 def int8_matmul_available() -> bool:
@@ -420,8 +437,16 @@ class PackedModel(tf.Module):
             raise ValueError("the first stage takes uint8 inputs exactly when the model has an "
                              "input encoding")
         in_dtype = tf.uint8 if integer else tf.float32
-        self._body = tf.function(self._forward, jit_compile=True, input_signature=[
-            tf.TensorSpec([None, *self.input_shape], in_dtype)])
+        first = self.stages[0]
+        # a real-valued first stage's sign bits are computed outside XLA (see real_signs)
+        self._real_first = not (first.integer_in or first.packed_in) and first.output == "bits"
+        if self._real_first:
+            s_shape = first.real_signs(tf.zeros([1, *self.input_shape])).shape[1:]
+            self._body = tf.function(self._forward_from_signs, jit_compile=True,
+                                     input_signature=[tf.TensorSpec([None, *s_shape], tf.bool)])
+        else:
+            self._body = tf.function(self._forward, jit_compile=True, input_signature=[
+                tf.TensorSpec([None, *self.input_shape], in_dtype)])
         self._int8 = integer and int8_matmul_available()
         if self._int8:
             self._body_z = tf.function(self._forward, jit_compile=True, input_signature=[
@@ -434,24 +459,26 @@ class PackedModel(tf.Module):
                 kernels.unavailable_reason() or "they run packed dense layers only"))
         self.native = bool(native)
         functions: dict[str, dict[str, Any]] = {"one": {}, "small": {}, "large": {}}
+        xla_entry = not self._real_first
         for dtype in ([tf.uint8, tf.float32] if integer else [tf.float32]):
             for kind, batch, mode in (("one", 1, "xla"), ("small", None, "xla"),
                                       ("large", None, "split")):
                 if self.native and kind == "large":
                     mode = "native"
                 functions[kind][dtype.name] = tf.function(
-                    self._entry(in_dtype, mode), jit_compile=mode == "xla",
+                    self._entry(in_dtype, mode), jit_compile=mode == "xla" and xla_entry,
                     input_signature=[tf.TensorSpec([batch, *self.input_shape], dtype)])
         self._dispatch = _Dispatch(functions)
         self._chain = self._eager_chain() if self.native else None
-        self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=True,
+        self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=xla_entry,
                                  input_signature=[tf.TensorSpec([None, *self.input_shape])])
 
     def _entry(self, in_dtype: tf.DType, mode: str):
         """The traced entry point: encodes float inputs of a uint8 model to pixels, then runs
         the whole model as one XLA computation (``"xla"``), as :meth:`_large_batch`
         (``"split"``) or through the native kernels (``"native"``)."""
-        run = {"xla": self._forward, "split": self._large_batch, "native": self._native}[mode]
+        run = {"xla": self._run_body if self._real_first else self._forward,
+               "split": self._large_batch, "native": self._native}[mode]
 
         def entry(x):
             if x.dtype != in_dtype:
@@ -492,7 +519,10 @@ class PackedModel(tf.Module):
         each other stage as one XLA call; the kernels use all intra-op threads."""
         if self._int8:
             x = self.stages[0].integer_product(x)
-        for stage in self.stages:
+        for i, stage in enumerate(self.stages):
+            if i == 0 and self._real_first:
+                x = _pack_xla(stage.real_signs(x))
+                continue
             y = stage.native_call(x)
             x = stage.call_xla(x) if y is None else y
         return x
@@ -501,6 +531,20 @@ class PackedModel(tf.Module):
         for stage in self.stages:
             x = stage(x)
         return x
+
+    def _forward_from_signs(self, signs: tf.Tensor) -> tf.Tensor:
+        """:meth:`_forward` given the first stage's unpacked sign bits."""
+        x = pack(signs)
+        for stage in self.stages[1:]:
+            x = stage(x)
+        return x
+
+    def _run_body(self, x: tf.Tensor) -> tf.Tensor:
+        """The whole model: a real-valued first stage's signs outside XLA, the rest in one XLA
+        call."""
+        if self._real_first:
+            return self._body(self.stages[0].real_signs(x))
+        return self._body(x)
 
     def _encode(self, x: tf.Tensor) -> tf.Tensor:
         """float ``x = scale * u + offset`` -> uint8 ``u = round((x - offset) / scale)``."""
@@ -516,7 +560,7 @@ class PackedModel(tf.Module):
             if self._int8:
                 outputs.append(self._body_z(self.stages[0].integer_product(part)))
             else:
-                outputs.append(self._body(part))
+                outputs.append(self._run_body(part))
         return tf.concat(outputs, axis=0)
 
     def __call__(self, x) -> tf.Tensor:
