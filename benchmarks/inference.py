@@ -2,8 +2,9 @@
 
     python benchmarks/inference.py [--quick] [--json PATH] [--models mlp,vgg_small]
 
-For the BinaryNet MLP (784-3x2048-10, exported with the MNIST input encoding: exact integer
-first layer) and VGG-small (32x32x3) it times, at batch 1 and 100, the packed model and the
+For the BinaryNet MLP (784-3x2048-10) exported with the MNIST input encoding (``mlp``: exact
+integer first layer) and without it (``mlp_float_in``: float first layer, rounded as Keras rounds
+it), and VGG-small (32x32x3), it times, at batch 1 and 100, the packed model and the
 float twin (Keras, in a ``tf.function``, with and without XLA), all fed the same normalized
 float32 inputs (MLP inputs are random pixels ``u / 127.5 - 1``; the packed MLP is also timed on
 the uint8 pixels), in interleaved timed blocks after warm-up, and reports medians over blocks
@@ -36,6 +37,7 @@ from bnn.export import export_model, load_packed  # noqa: E402
 
 ARCHITECTURES = {
     "mlp": ("binarynet_mlp", {}, (28, 28, 1)),
+    "mlp_float_in": ("binarynet_mlp", {}, (28, 28, 1)),
     "vgg_small": ("vgg_small", {}, (32, 32, 3)),
 }
 #: MNIST normalization of bnn.data: x = u / 127.5 - 1 for uint8 pixels u.
