@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["WORD_BITS", "words", "pack", "xor_popcount_matmul", "xor_popcount_conv2d",
+__all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled"]
 
 WORD_BITS = 64

@@ -192,10 +192,7 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
         spatial = (1, 2) if self.data_format == "channels_last" else (2, 3)
         pads = [[0, 0], [0, 0], [0, 0], [0, 0]]
         for axis, k, s, d in zip(spatial, self.kernel_size, self.strides, self.dilation_rate):
-            size = inputs.shape[axis]
-            out = -(-size // s)
-            total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
-            pads[axis] = [total // 2, total - total // 2]
+            pads[axis] = list(bitops.same_pads(int(inputs.shape[axis]), (k - 1) * d + 1, s))
         return pads
 
     def _padding_correction(self, x, kernel):

@@ -327,13 +327,14 @@ class _Stage(tf.Module):
         the source Keras layers do when Keras runs without XLA (XLA may sum the product in
         another order and fuse the batch norm's multiply and add, which moves a value within
         rounding of 0 to the other side)."""
-        if self.spec.get("binarize_input"):
-            x = tf.where(x >= 0, 1.0, -1.0)
-        return self._signs(self._linear(x))
+        return self._signs(self._linear(self._binarized(x)))
+
+    def _binarized(self, x: tf.Tensor) -> tf.Tensor:
+        """The inputs, binarized where the source layer binarized them."""
+        return tf.where(x >= 0, 1.0, -1.0) if self.spec.get("binarize_input") else x
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        if self.spec.get("binarize_input"):
-            x = tf.where(x >= 0, 1.0, -1.0)
+        x = self._binarized(x)
         if self.integer_in:  # uint8 pixels, or their int32 products from integer_product
             if x.dtype == tf.int32:
                 a = x
