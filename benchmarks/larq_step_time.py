@@ -1,18 +1,24 @@
-"""Larq's train step for the same models as bnn's benchmark, binary against float, interleaved.
+"""Larq's train step for the same models as bnn's benchmark, served block by block.
 
 Larq needs tf-keras (``TF_USE_LEGACY_KERAS=1``), so this script runs in its own Python
-environment and never imports bnn. ``benchmarks/step_time.py --larq-python PATH`` runs it as a
-subprocess and hands it the exact runs to time as JSON::
+environment and never imports bnn. ``benchmarks/step_time.py --larq-python PATH`` starts it as a
+subprocess and talks to it one JSON object per line, so that Larq's timed blocks take turns with
+bnn's binary and float blocks in the same minutes of machine time:
 
-    TF_USE_LEGACY_KERAS=1 larq-env/bin/python benchmarks/larq_step_time.py --config '{"runs": [
-        {"model": "binarynet_mlp", "xla": false, "batch_size": 100, "options": {}}],
-        "blocks": 9, "steps_per_block": 10, "warmup_steps": 3}'
+* ``{"op": "setup", "model", "xla", "batch_size", "options", "warmup_steps", "seed"}`` builds
+  Larq's binary and float models, compiles them (Adam, sparse cross-entropy on logits,
+  ``jit_compile=xla``), runs the warm-up steps untimed and answers ``{"ok": true}``;
+* ``{"op": "block", "precision": "binary" | "float", "steps": n}`` trains that model ``n`` steps
+  on one fixed synthetic batch, each step synchronised by fetching its loss, and answers
+  ``{"wall": s, "cpu": s}``, seconds per step (wall clock and process CPU time);
+* ``{"op": "teardown"}`` frees the models; end of input ends the process.
 
-It prints one JSON object: ``{"larq": version, "tensorflow": version, "results": [{"model", "xla",
-"batch_size", "binary_ms", "float_ms", "ratio", "binary_cpu_ms", "float_cpu_ms", "cpu_ratio"},
-...]}`` (milliseconds per step, wall and process CPU time) with the same timing rules as
-``bnn.benchmark``: warm-up steps untimed, blocks alternating binary/float, each step synchronised
-by fetching its loss, medians over blocks, ratio = median of per-block-pair ratios.
+A failure answers ``{"error": "one line"}``. Run by hand::
+
+    TF_USE_LEGACY_KERAS=1 larq-env/bin/python benchmarks/larq_step_time.py
+    {"op": "setup", "model": "binarynet_mlp", "xla": true, "batch_size": 100, "options": {}, \
+"warmup_steps": 3, "seed": 0}
+    {"op": "block", "precision": "binary", "steps": 10}
 
 The models match bnn's layer for layer: ``QuantDense``/``QuantConv2D`` with ``ste_sign`` inputs
 (none on the first layer) and kernels, ``weight_clip``, no bias, convolutions padded with +1,
@@ -24,7 +30,6 @@ import argparse
 import importlib.metadata
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -94,12 +99,12 @@ BUILDERS = {"binarynet_mlp": (binarynet_mlp, MLP_DEFAULTS), "vgg_small": (vgg_sm
 
 def build(name, precision, options):
     if name not in BUILDERS:
-        raise SystemExit(f"larq_step_time.py: no Larq version of model {name!r}; "
+        raise ValueError(f"no Larq version of model {name!r}; "
                          f"available: {', '.join(BUILDERS)}")
     builder, defaults = BUILDERS[name]
     unknown = sorted(set(options) - set(defaults))
     if unknown:
-        raise SystemExit(f"larq_step_time.py: options {unknown} of {name!r} have no Larq "
+        raise ValueError(f"options {unknown} of {name!r} have no Larq "
                          "equivalent here; time the default model or add them to this script")
     return builder(precision, **{**defaults, **options})
 
@@ -110,60 +115,69 @@ def time_block(model, x, y, steps):
         loss = model.train_on_batch(x, y)
     elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
     if not np.isfinite(loss):
-        raise SystemExit(f"larq_step_time.py: training loss became {loss}; the timing is void")
+        raise ValueError(f"Larq's training loss became {loss}; the timing is void")
     return elapsed / steps, elapsed_cpu / steps
 
 
-def measure(run, blocks, steps_per_block, warmup_steps, seed=0):
-    tf.keras.utils.set_random_seed(seed)
-    twins = {}
-    for precision in ("binary", "float"):
-        model = build(run["model"], precision, run.get("options", {}))
-        model.compile(keras.optimizers.Adam(1e-3),
-                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      jit_compile=bool(run["xla"]))
-        twins[precision] = model
-    rng = np.random.default_rng(seed)
-    batch = int(run["batch_size"])
-    x = rng.standard_normal((batch, *twins["binary"].input_shape[1:]), dtype=np.float32)
-    y = rng.integers(0, int(twins["binary"].output_shape[-1]), size=(batch,))
-    for model in twins.values():
-        time_block(model, x, y, warmup_steps)
-    times = {"binary": [], "float": []}
-    cpu = {"binary": [], "float": []}
-    for block in range(blocks):
-        for precision in (("binary", "float") if block % 2 == 0 else ("float", "binary")):
-            wall, cpu_time = time_block(twins[precision], x, y, steps_per_block)
-            times[precision].append(wall)
-            cpu[precision].append(cpu_time)
-    keras.backend.clear_session()
-    return {"model": run["model"], "xla": bool(run["xla"]), "batch_size": batch,
-            "binary_ms": statistics.median(times["binary"]) * 1e3,
-            "float_ms": statistics.median(times["float"]) * 1e3,
-            "ratio": paired_ratio(times),
-            "binary_cpu_ms": statistics.median(cpu["binary"]) * 1e3,
-            "float_cpu_ms": statistics.median(cpu["float"]) * 1e3,
-            "cpu_ratio": paired_ratio(cpu)}
+class Session:
+    """The binary and float Larq models of one setup, with their synthetic batch."""
+
+    def __init__(self, spec):
+        seed = int(spec.get("seed", 0))
+        tf.keras.utils.set_random_seed(seed)
+        self.models = {}
+        for precision in ("binary", "float"):
+            model = build(spec["model"], precision, spec.get("options", {}))
+            model.compile(keras.optimizers.Adam(1e-3),
+                          keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                          jit_compile=bool(spec["xla"]))
+            self.models[precision] = model
+        rng = np.random.default_rng(seed)
+        batch = int(spec["batch_size"])
+        self.x = rng.standard_normal((batch, *self.models["binary"].input_shape[1:]),
+                                     dtype=np.float32)
+        self.y = rng.integers(0, int(self.models["binary"].output_shape[-1]), size=(batch,))
+        for model in self.models.values():
+            time_block(model, self.x, self.y, int(spec.get("warmup_steps", 3)))
+
+    def block(self, precision, steps):
+        if precision not in self.models:
+            raise ValueError(f"no {precision!r} model; use 'binary' or 'float'")
+        wall, cpu = time_block(self.models[precision], self.x, self.y, int(steps))
+        return {"wall": wall, "cpu": cpu}
 
 
-def paired_ratio(times):
-    return statistics.median(b / f for b, f in zip(times["binary"], times["float"]))
+def handle(request, state):
+    op = request.get("op")
+    if op == "setup":
+        state["session"] = None
+        keras.backend.clear_session()
+        state["session"] = Session(request)
+        return {"ok": True, "larq": importlib.metadata.version("larq"),
+                "tensorflow": tf.__version__}
+    if op == "block":
+        if state.get("session") is None:
+            raise ValueError("'block' before 'setup'")
+        return state["session"].block(request.get("precision"), request.get("steps", 1))
+    if op == "teardown":
+        state["session"] = None
+        keras.backend.clear_session()
+        return {"ok": True}
+    raise ValueError(f"unknown op {op!r}; use setup, block or teardown")
 
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True,
-                        help='JSON: {"runs": [{"model", "xla", "batch_size", "options"}], '
-                             '"blocks", "steps_per_block", "warmup_steps"}')
-    args = parser.parse_args(argv)
-    try:
-        config = json.loads(args.config)
-    except json.JSONDecodeError as error:
-        parser.error(f"--config is not valid JSON ({error})")
-    results = [measure(run, int(config.get("blocks", 9)), int(config.get("steps_per_block", 10)),
-                       int(config.get("warmup_steps", 3))) for run in config["runs"]]
-    print(json.dumps({"larq": importlib.metadata.version("larq"),
-                      "tensorflow": tf.__version__, "results": results}))
+    parser.parse_args(argv)
+    state = {}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            answer = handle(json.loads(line), state)
+        except (ValueError, KeyError) as error:
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        print(json.dumps(answer), flush=True)
     return 0
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
 import platform
 import statistics
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import keras
 import numpy as np
@@ -36,7 +37,7 @@ import tensorflow as tf
 
 from bnn import models as models_lib
 
-__all__ = ["run", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
+__all__ = ["run", "paired_ratio", "BlockTimer", "Companions", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
 
 DEFAULT_BATCH_SIZES: dict[str, int] = {"binarynet_mlp": 100, "vgg_small": 50, "binary_resnet": 50}
 
@@ -47,6 +48,10 @@ _QUICK_OPTIONS: dict[str, dict[str, Any]] = {
     "binary_resnet": dict(input_shape=(8, 8, 3), stages=(4, 8), blocks_per_stage=1),
 }
 _QUICK_BATCH = 8
+
+# Times ``steps`` train steps; returns (wall, process CPU) seconds per step.
+BlockTimer = Callable[[int], "tuple[float, float]"]
+Companions = Callable[[dict[str, Any]], Mapping[str, BlockTimer]]
 
 
 def machine_info() -> dict[str, Any]:
@@ -94,13 +99,30 @@ def _time_block(model: keras.Model, x: np.ndarray, y: np.ndarray,
     return elapsed / steps, elapsed_cpu / steps
 
 
-def _paired_ratio(times: dict[str, list[float]]) -> float:
-    """Median over blocks of binary block time / the float block next to it."""
-    return statistics.median(b / f for b, f in zip(times["binary"], times["float"]))
+def paired_ratio(first: list[float], second: list[float]) -> float:
+    """Median over blocks of a block's time in ``first`` / the neighbouring block's in
+    ``second``."""
+    return statistics.median(a / b for a, b in zip(first, second))
+
+
+def _interleave(timers: dict[str, BlockTimer], blocks: int,
+                steps_per_block: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Runs ``blocks`` rounds of one block per timer, in the given order on even rounds and the
+    reverse on odd ones; returns per-timer lists of (wall, CPU) seconds per step."""
+    times: dict[str, list[float]] = {name: [] for name in timers}
+    cpu: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    for block in range(blocks):
+        for name in names if block % 2 == 0 else reversed(names):
+            wall, cpu_time = timers[name](steps_per_block)
+            times[name].append(wall)
+            cpu[name].append(cpu_time)
+    return times, cpu
 
 
 def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blocks: int,
-             steps_per_block: int, warmup_steps: int, seed: int) -> dict[str, Any]:
+             steps_per_block: int, warmup_steps: int, seed: int,
+             companions: Companions | None = None) -> dict[str, Any]:
     keras.utils.set_random_seed(seed)
     twins = {p: _compiled_twin(name, p, options, xla) for p in ("binary", "float")}
     input_shape = tuple(twins["binary"].input_shape[1:])
@@ -110,29 +132,34 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
     y = rng.integers(0, num_classes, size=(batch_size,))
     for model in twins.values():
         _time_block(model, x, y, warmup_steps)
-    times: dict[str, list[float]] = {"binary": [], "float": []}
-    cpu: dict[str, list[float]] = {"binary": [], "float": []}
-    for block in range(blocks):
-        order = ("binary", "float") if block % 2 == 0 else ("float", "binary")
-        for precision in order:
-            wall, cpu_time = _time_block(twins[precision], x, y, steps_per_block)
-            times[precision].append(wall)
-            cpu[precision].append(cpu_time)
+    timers: dict[str, BlockTimer] = {
+        p: functools.partial(_time_block, model, x, y) for p, model in twins.items()}
+    options_out = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+    spec = {"model": name, "xla": xla, "batch_size": batch_size, "options": options_out,
+            "warmup_steps": warmup_steps, "seed": seed}
+    extra = dict(companions(spec)) if companions else {}
+    clash = set(extra) & set(timers)
+    if clash:
+        raise ValueError(f"companion timers may not be named {sorted(clash)}")
+    times, cpu = _interleave({**timers, **extra}, blocks, steps_per_block)
     binary_ms = statistics.median(times["binary"]) * 1e3
     float_ms = statistics.median(times["float"]) * 1e3
-    return {
+    row = {
         "model": name, "xla": xla, "batch_size": batch_size,
-        "binary_ms": binary_ms, "float_ms": float_ms, "ratio": _paired_ratio(times),
+        "binary_ms": binary_ms, "float_ms": float_ms,
+        "ratio": paired_ratio(times["binary"], times["float"]),
         "binary_examples_per_second": batch_size / binary_ms * 1e3,
         "float_examples_per_second": batch_size / float_ms * 1e3,
         "binary_cpu_ms": statistics.median(cpu["binary"]) * 1e3,
         "float_cpu_ms": statistics.median(cpu["float"]) * 1e3,
-        "cpu_ratio": _paired_ratio(cpu),
+        "cpu_ratio": paired_ratio(cpu["binary"], cpu["float"]),
         "blocks": blocks, "steps_per_block": steps_per_block, "warmup_steps": warmup_steps,
-        "binary_block_ms": [t * 1e3 for t in times["binary"]],
-        "float_block_ms": [t * 1e3 for t in times["float"]],
-        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
+        "options": options_out,
     }
+    for label in times:
+        row[f"{label}_block_ms"] = [t * 1e3 for t in times[label]]
+        row[f"{label}_block_cpu_ms"] = [t * 1e3 for t in cpu[label]]
+    return row
 
 
 def run(
@@ -144,6 +171,7 @@ def run(
     steps_per_block: int = 10,
     warmup_steps: int = 3,
     seed: int = 0,
+    companions: Companions | None = None,
 ) -> dict[str, Any]:
     """Times the train step of each model's binary and float twins under each XLA setting.
 
@@ -157,6 +185,12 @@ def run(
         steps_per_block: train steps per block.
         warmup_steps: untimed steps per twin first (tracing, XLA compilation).
         seed: seed of the weights and the synthetic batch.
+        companions: called once per (model, XLA setting) with ``{"model", "xla",
+            "batch_size", "options", "warmup_steps", "seed"}``, after the twins' warm-up; returns
+            more block timers, ``{label: timer(steps) -> (wall, CPU) seconds per step}``, already
+            warmed up, that take their turns among the twins' blocks. Their blocks appear in the
+            row as ``<label>_block_ms`` and ``<label>_block_cpu_ms`` (``benchmarks/step_time.py``
+            times Larq this way).
 
     Returns:
         ``{"machine": machine_info(), "results": [one dict per (model, xla)]}``; see the module
@@ -182,7 +216,7 @@ def run(
         batch_size = _QUICK_BATCH if quick else int(sizes[name])
         for jit in xla:
             results.append(_measure(name, bool(jit), batch_size, options, blocks,
-                                    steps_per_block, warmup_steps, seed))
+                                    steps_per_block, warmup_steps, seed, companions))
             keras.backend.clear_session()
     return {"machine": machine_info(), "results": results}
 
@@ -261,12 +295,13 @@ def parse_models(value: str) -> tuple[str, ...]:
     return names
 
 
-def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def run_from_args(args: argparse.Namespace,
+                  companions: Companions | None = None) -> dict[str, Any]:
     """Runs :func:`run` with the parsed flags of :func:`build_parser`."""
     names = parse_models(args.models)
     sizes = {name: args.batch_size for name in names} if args.batch_size else None
     return run(names, args.xla, sizes, quick=args.quick, blocks=args.blocks,
-               steps_per_block=args.steps)
+               steps_per_block=args.steps, companions=companions)
 
 
 def write_outputs(results: dict[str, Any], json_path: str | None,

@@ -146,11 +146,13 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         self._clip_initial_kernel()
 
     def call(self, inputs, training=None):
-        x, kernel = self._quantize_inputs(inputs), self._effective_kernel()
+        x = self._quantize_inputs(inputs)
         if self._packed_product() and len(x.shape) == 2:
+            # a kernel kept in range goes in latent: its sign happens inside the packing
+            kernel = self.kernel if self._kernel_kept_in_range() else self._effective_kernel()
             x = bitops.binary_matmul(x, kernel)
         else:
-            x = ops.matmul(x, kernel)
+            x = ops.matmul(x, self._effective_kernel())
         if self.bias is not None:
             x = ops.add(x, self.bias)
         if self.activation is not None:

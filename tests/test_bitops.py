@@ -56,6 +56,23 @@ def test_binary_matmul_forward_exact_and_gradients_of_matmul(batch, n, units):
     np.testing.assert_allclose(dw, dw_ref, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_binary_matmul_of_a_latent_kernel_is_the_product_of_its_signs(jit):
+    """A real-valued kernel enters through its sign (0 counts as +1) in the forward pass and in
+    the input's gradient; its own gradient is passed straight through."""
+    rng = np.random.default_rng(3)
+    x, dy = _pm1(rng, (6, 200)), rng.standard_normal((6, 17)).astype("float32")
+    w = rng.uniform(-1, 1, (200, 17)).astype("float32")
+    w[0, :5] = 0.0
+    signs = np.where(w >= 0, 1.0, -1.0).astype("float32")
+    fn = tf.function(bitops.binary_matmul, jit_compile=jit)
+    y, dx, dw = _grads(fn, x, w, dy)
+    _, dx_ref, dw_ref = _grads(tf.matmul, x, signs, dy)
+    np.testing.assert_array_equal(y, x.astype(np.float64) @ signs)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-6, atol=1e-5)
+    np.testing.assert_allclose(dw, dw_ref, rtol=1e-6, atol=1e-5)
+
+
 @pytest.mark.parametrize("padding,pad_value", [("same", 1.0), ("same", -1.0), ("valid", 1.0)])
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 1)])
 def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(padding, pad_value, strides):
