@@ -41,8 +41,9 @@ class LarqServer:
     builds and warms up Larq's twins and returns their block timers.
     """
 
-    def __init__(self, python: str, script: Path = LARQ_SCRIPT) -> None:
+    def __init__(self, python: str, script: Path | None = None) -> None:
         self.python = python
+        script = script or LARQ_SCRIPT
         self.versions: dict[str, str] = {}
         self._log = tempfile.TemporaryFile("w+")
         env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
