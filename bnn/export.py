@@ -26,7 +26,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import bnn.layers  # noqa: F401  (registers the custom layers for keras.saving.load_model)
 from bnn import quantizers
 from bnn.layers import BinaryConv2D, BinaryDense
 from bnn.rundir import atomic_write

@@ -1,7 +1,6 @@
 """The command line around a trained run: export, evaluate, predict, summary, bench."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -9,11 +9,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
-from bnn.cli import main
 from support import needs_mnist, run_cli, tiny_config, write_config
 
 pytestmark = needs_mnist
