@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from bnn import models as models_lib
+from bnn import optimizers
 
 __all__ = ["run", "paired_ratio", "BlockTimer", "Companions", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
 
@@ -80,7 +81,7 @@ def machine_info() -> dict[str, Any]:
 
 def _compiled_twin(name: str, precision: str, options: dict[str, Any], xla: bool) -> keras.Model:
     model = models_lib.build(name, precision, **options)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+    model.compile(optimizer=optimizers.Adam(1e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=xla)
     return model

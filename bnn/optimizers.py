@@ -1,5 +1,8 @@
-"""Optimizers for binary networks: Bop, and routing of each variable to the right optimizer.
+"""Optimizers for binary networks: a fused Adam, Bop, and routing of each variable to the right
+optimizer.
 
+* :class:`Adam` is ``keras.optimizers.Adam`` whose dense updates run as one fused TensorFlow
+  kernel: the same update, several times fewer passes over the weights without XLA.
 * :class:`Bop` (Helwegen et al. 2019, "Latent weights do not exist") flips binary weights
   instead of taking gradient steps on latent weights.
 * :class:`CaseOptimizer` sends each variable to the first optimizer whose predicate accepts it
@@ -13,14 +16,61 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 __all__ = [
-    "Bop", "CaseOptimizer", "VariablePaths", "binary_kernel_layers", "is_binary_variable_of",
+    "Adam", "Bop", "CaseOptimizer", "VariablePaths", "binary_kernel_layers", "is_binary_variable_of",
     "make_optimizer", "OPTIMIZERS",
 ]
 
 OPTIMIZERS = ("adam", "sgd", "bop")
+_FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _handle(variable):
+    """The TensorFlow resource handle of a Keras or TensorFlow variable."""
+    return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class Adam(keras.optimizers.Adam):
+    """``keras.optimizers.Adam`` with each dense update in one fused TensorFlow kernel.
+
+    Same arguments, state and update as Keras' Adam. On the TensorFlow backend, for a dense
+    gradient and without ``amsgrad``, a variable's update runs as TensorFlow's
+    ``ResourceApplyAdam`` kernel, one multi-threaded pass over the variable, its two moments
+    and its gradient, where Keras' generic update is a dozen elementwise ops, each its own pass
+    over memory when the train step is not XLA-compiled. For the 12.6 M weights of the BinaryNet
+    MLP that is about a quarter of a train step on a CPU. The kernel evaluates the same
+    expressions in another order, so results equal Keras' Adam's to float rounding. Under XLA it
+    compiles to the same fused loop as Keras' update. Anything else (sparse gradients,
+    ``amsgrad``, other backends) takes Keras' update.
+
+    Example::
+
+        model.compile(optimizer=bnn.optimizers.Adam(1e-3), loss="mse")
+    """
+
+    def _fused(self, gradient, variable) -> bool:
+        return (keras.backend.backend() == "tensorflow" and not self.amsgrad
+                and not isinstance(gradient, tf.IndexedSlices)
+                and keras.backend.standardize_dtype(variable.dtype) in _FUSED_DTYPES)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self._fused(gradient, variable):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        step = ops.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        scalar = lambda value: ops.cast(value, dtype)  # noqa: E731
+        tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable), m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
+            beta1_power=ops.power(scalar(self.beta_1), step),
+            beta2_power=ops.power(scalar(self.beta_2), step), lr=scalar(learning_rate),
+            beta1=scalar(self.beta_1), beta2=scalar(self.beta_2), epsilon=scalar(self.epsilon),
+            grad=ops.cast(gradient, dtype))
 
 
 @keras.saving.register_keras_serializable(package="bnn")
@@ -186,7 +236,7 @@ class CaseOptimizer(keras.optimizers.Optimizer):
                     f"CaseOptimizer case {i} is {case!r}; expected a (predicate, "
                     "keras.optimizers.Optimizer) pair, predicate(variable) -> bool"
                 )
-        default = keras.optimizers.Adam(1e-3) if default is None else default
+        default = Adam(1e-3) if default is None else default
         if not isinstance(default, keras.optimizers.Optimizer):
             raise ValueError(f"CaseOptimizer default must be a keras optimizer, got {default!r}")
         kwargs.pop("learning_rate", None)
@@ -272,7 +322,7 @@ def make_optimizer(name: str, model: keras.Model, learning_rate: Any,
                    **kwargs: Any) -> keras.optimizers.Optimizer:
     """Builds the optimizer called ``name`` for ``model``.
 
-    * ``"adam"``: ``keras.optimizers.Adam(learning_rate, **kwargs)`` (any Adam argument).
+    * ``"adam"``: :class:`Adam` ``(learning_rate, **kwargs)`` (any Keras Adam argument).
     * ``"sgd"``: ``keras.optimizers.SGD(learning_rate, momentum=0.9, nesterov=False)``; kwargs
       ``momentum`` and ``nesterov``.
     * ``"bop"``: :class:`Bop` (kwargs ``threshold`` = 1e-8, ``gamma`` = 1e-4) on the model's
@@ -301,7 +351,7 @@ def make_optimizer(name: str, model: keras.Model, learning_rate: Any,
                          f"allowed: {', '.join(sorted(allowed[name]))}")
     if name == "adam":
         try:
-            return keras.optimizers.Adam(learning_rate, **kwargs)
+            return Adam(learning_rate, **kwargs)
         except (TypeError, ValueError) as error:
             raise ValueError(f"bad option for optimizer 'adam': {error}") from None
     if name == "sgd":
@@ -309,4 +359,4 @@ def make_optimizer(name: str, model: keras.Model, learning_rate: Any,
                                     nesterov=bool(kwargs.get("nesterov", False)))
     bop = Bop(threshold=kwargs.get("threshold", 1e-8), gamma=kwargs.get("gamma", 1e-4))
     return CaseOptimizer((is_binary_variable_of(model), bop),
-                         default=keras.optimizers.Adam(learning_rate))
+                         default=Adam(learning_rate))

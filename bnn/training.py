@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from bnn import callbacks as cb
 from bnn import data as data_lib
-from bnn import losses, models
+from bnn import losses, models, optimizers
 from bnn.config import Config, hparams
 from bnn.rundir import Checkpoints, RunDirError
 from bnn.runtime import TrainingError, configure_runtime, is_chief, make_strategy
@@ -69,13 +69,11 @@ def _learning_rate(config: Config, steps_per_epoch: int):
 def _make_optimizer(config: Config, model: keras.Model, learning_rate):
     o = config.optimizer
     if o.name == "adam":
-        return keras.optimizers.Adam(learning_rate, beta_1=o.beta_1, beta_2=o.beta_2,
-                                     epsilon=o.epsilon, weight_decay=o.weight_decay or None)
+        return optimizers.Adam(learning_rate, beta_1=o.beta_1, beta_2=o.beta_2,
+                               epsilon=o.epsilon, weight_decay=o.weight_decay or None)
     if o.name == "sgd":
         return keras.optimizers.SGD(learning_rate, momentum=o.momentum, nesterov=o.nesterov,
                                     weight_decay=o.weight_decay or None)
-    from bnn import optimizers
-
     return optimizers.make_optimizer("bop", model, learning_rate, threshold=o.threshold,
                                      gamma=o.gamma)
 

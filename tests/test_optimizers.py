@@ -5,7 +5,7 @@ import tensorflow as tf
 
 import bnn
 from bnn import models
-from bnn.optimizers import Bop, CaseOptimizer, VariablePaths, is_binary_variable_of, make_optimizer
+from bnn.optimizers import Adam, Bop, CaseOptimizer, VariablePaths, is_binary_variable_of, make_optimizer
 
 
 def np_bop(w, m, grads, gamma, threshold):
@@ -166,14 +166,14 @@ def test_is_binary_variable_of_needs_a_built_model():
 def test_make_optimizer_builds_each_kind():
     model = tiny_mlp()
     adam = make_optimizer("adam", model, 1e-3)
-    assert isinstance(adam, keras.optimizers.Adam)
+    assert isinstance(adam, Adam)
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
     sgd = make_optimizer("sgd", model, schedule, momentum=0.8, nesterov=True)
     assert isinstance(sgd, keras.optimizers.SGD) and sgd.nesterov and sgd.momentum == 0.8
     assert float(sgd.learning_rate) == pytest.approx(0.1)
     routed = make_optimizer("bop", model, 2e-3, threshold=1e-6, gamma=1e-3)
     bop, adam = routed.optimizers
-    assert isinstance(bop, Bop) and isinstance(adam, keras.optimizers.Adam)
+    assert isinstance(bop, Bop) and isinstance(adam, Adam)
     assert bop.threshold == 1e-6 and float(bop.learning_rate) == pytest.approx(1e-3)
     assert float(routed.learning_rate) == pytest.approx(2e-3)
 
@@ -213,3 +213,53 @@ def test_routed_bop_trains_under_mirrored_strategy():
     assert losses[-1] < losses[0]
     np.testing.assert_array_equal(np.abs(after), np.abs(before))  # Bop: sign flips only
     assert (np.sign(after) != np.sign(before)).any()
+
+
+def _adam_twins(jit, steps, **options):
+    """A float model trained ``steps`` steps by Keras' Adam and by bnn's, from the same start."""
+    x, y = learnable_data(64)
+    trained = []
+    for optimizer in (keras.optimizers.Adam(0.01, **options), Adam(0.01, **options)):
+        keras.utils.set_random_seed(5)
+        model = models.binarynet_mlp("float", input_shape=(8, 8), hidden_units=(32, 32),
+                                     num_classes=4)
+        model.compile(optimizer=optimizer, jit_compile=jit,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        for _ in range(steps):
+            model.train_on_batch(x, y)
+        trained.append(model)
+    return trained
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_fused_adam_takes_keras_adams_steps(jit):
+    keras_model, bnn_model = _adam_twins(jit, steps=4, weight_decay=0.01)
+    moved = 0.0
+    for ours, theirs in zip(bnn_model.weights, keras_model.weights):
+        # Rounding differs; 1e-5 is a thousandth of one step of the learning rate.
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=0, atol=1e-5,
+                                   err_msg=ours.path)
+    for ours, theirs in zip(bnn_model.optimizer.variables, keras_model.optimizer.variables):
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-7)
+        moved = max(moved, float(np.abs(ours.numpy()).max()))
+    assert moved > 0  # the moments were updated, not left at zero
+
+
+def test_fused_adam_with_amsgrad_is_keras_adam_exactly():
+    keras_model, bnn_model = _adam_twins(False, steps=3, amsgrad=True)
+    for ours, theirs in zip(bnn_model.weights, keras_model.weights):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_fused_adam_updates_with_the_fused_kernel_and_round_trips(tmp_path):
+    model = compile_with(tiny_mlp(), Adam(1e-3, beta_1=0.8))
+    x, y = learnable_data(64)
+    graph = tf.function(lambda: model.optimizer.apply(
+        [tf.ones_like(v) for v in model.trainable_variables], model.trainable_variables))
+    ops_used = {op.type for op in graph.get_concrete_function().graph.get_operations()}
+    assert "ResourceApplyAdam" in ops_used
+    model.fit(x, y, epochs=1, batch_size=32, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert type(loaded.optimizer) is Adam and loaded.optimizer.beta_1 == pytest.approx(0.8)
+    assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 2
