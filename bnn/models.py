@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import keras
 
 from bnn.layers import PRECISIONS, BinaryConv2D, BinaryDense
+from bnn.pooling import MaxPooling2D
 
 __all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names", "option_names",
            "option_defaults"]
@@ -111,7 +112,7 @@ def vgg_small(
                                    input_quantizer=None if i == 0 else input_quantizer,
                                    name=f"conv{i}", **q))
         if i % 2 == 1:
-            layers.append(keras.layers.MaxPooling2D(2, name=f"pool{i}"))
+            layers.append(MaxPooling2D(2, name=f"pool{i}"))
         layers += [_norm(bn, f"bn_conv{i}"),
                    *_activation(precision, float_activation, f"act_conv{i}")]
     layers.append(keras.layers.Flatten(name="flatten"))
