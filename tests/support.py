@@ -1,5 +1,7 @@
-"""Shared by the end-to-end tests: where the datasets are, a tiny experiment, the CLI."""
+"""Shared by the end-to-end tests: where the datasets are, a tiny experiment, the CLI, the
+benchmark scripts."""
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -34,3 +36,12 @@ def write_config(path: Path, config: dict) -> Path:
 def run_cli(*args) -> int:
     """``bnn ARGS --data-dir DATA_DIR --quiet``; returns the exit code."""
     return main([str(a) for a in args] + ["--data-dir", str(DATA_DIR), "--quiet"])
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` imported as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark",
+                                                  ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,23 +1,16 @@
 """benchmarks/inference.py runs in --quick mode and writes every field it reports."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from support import DATA_DIR, needs_mnist
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "inference.py"
+from support import DATA_DIR, load_benchmark, needs_mnist
 
 
 @pytest.fixture(scope="module")
 def inference():
-    spec = importlib.util.spec_from_file_location("inference_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("inference")
 
 
 @needs_mnist

@@ -1,16 +1,14 @@
 """benchmarks/step_time.py --larq-python: the block protocol, the Larq fields and the paired
 ratios, with a stand-in server speaking the protocol (Larq itself is not installed here)."""
 
-import importlib.util
 import json
 import statistics
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "step_time.py"
+from support import load_benchmark
 
 # Answers setup like larq_step_time.py; Larq's binary step takes 80 ms, its float step 60 ms;
 # the requests it saw are appended to requests.jsonl beside it.
@@ -41,10 +39,7 @@ FAKE_SERVER = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def step_time():
-    spec = importlib.util.spec_from_file_location("step_time_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("step_time")
 
 
 def fake_server(tmp_path, monkeypatch, step_time, mode="ok"):
