@@ -20,8 +20,8 @@ import tensorflow as tf
 from keras import ops
 
 __all__ = [
-    "Adam", "Bop", "CaseOptimizer", "VariablePaths", "binary_kernel_layers", "is_binary_variable_of",
-    "make_optimizer", "OPTIMIZERS",
+    "Adam", "Bop", "CaseOptimizer", "VariablePaths", "binary_kernel_layers",
+    "is_binary_variable_of", "make_optimizer", "OPTIMIZERS",
 ]
 
 OPTIMIZERS = ("adam", "sgd", "bop")
