@@ -278,7 +278,8 @@ class _Stage(tf.Module):
             n = int(np.prod(self.in_shape))
             if self.output == "bits":
                 return kernels.xor_popcount_sign(x, self.kernel, self.threshold, self.flip, n)
-            return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
+            dots = n - 2 * kernels.xor_popcount(x, self.kernel)
+            return self._tail_xla(dots) if self.pool else self._logits_float64(dots)
         if self.integer_in and x.dtype == tf.int32 and self.output == "bits":
             return kernels.threshold_pack(x, self.threshold, self.flip)
         return None
@@ -312,6 +313,13 @@ class _Stage(tf.Module):
         if self.pool:
             a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
         return self._norm(a) >= 0
+
+    def _logits_float64(self, dots: tf.Tensor) -> tf.Tensor:
+        """:meth:`logits_numpy` as TensorFlow ops, for a graph: the same float64 arithmetic,
+        without launching an XLA computation for a few thousand multiply-adds."""
+        scale = tf.constant(self.logit_scale_np.astype(np.float64))
+        shift = tf.constant(self.logit_shift_np.astype(np.float64))
+        return tf.cast(tf.cast(dots, tf.float64) * scale + shift, tf.float32)
 
     def logits_numpy(self, dots: np.ndarray) -> np.ndarray:
         """The logits stage's affine map in numpy for integer dot products of a stage without

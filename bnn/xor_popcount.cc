@@ -303,8 +303,10 @@ class ThresholdPackOp : public OpKernel {
                                                   std::min(kGroup, units - u0), 1, 0, flip[g]);
         }
     };
+    // About one vector compare per 16 units: cheap enough that small batches stay on one
+    // thread (waking another costs more than the work).
     ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
-        batch, std::max<int64_t>(1, units), work);
+        batch, std::max<int64_t>(1, units / 16), work);
   }
 };
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bnn import kernels, models
 from bnn.export import export_model, load_packed
+from bnn.packing import EAGER_BATCH
 from bnn.packing import NativeKernelsUnavailable, pack_bits
 
 needs_native = pytest.mark.skipif(
@@ -166,6 +167,8 @@ def test_native_and_xla_paths_give_identical_logits(tmp_path, encoding):
     pixels = rng.integers(0, 256, (45, 28, 28, 1)).astype(np.uint8)
     x = (pixels * np.float32(1 / 127.5) - 1.0).astype(np.float32)
     np.testing.assert_array_equal(native(x).numpy(), xla(x).numpy())
+    many = rng.integers(0, 256, (EAGER_BATCH + 6, 28, 28, 1)).astype(np.float32) / 127.5 - 1.0
+    np.testing.assert_array_equal(native(many).numpy(), xla(many).numpy())  # one native graph
     np.testing.assert_array_equal(native(x).numpy(), native.predict(x, batch_size=7))
     np.testing.assert_allclose(native(x).numpy(), model(x, training=False).numpy(),
                                rtol=1e-5, atol=1e-4)
