@@ -426,7 +426,8 @@ class PackedModel(tf.Module):
     first layer, xor-popcount layers, logits in numpy), with no graph call at all; larger
     batches, and other models' batches of :data:`LARGE_BATCH` or more, run one graph: the int8
     first layer (when :func:`int8_matmul_available`), native packed dense layers spread over the
-    intra-op threads, and the other stages as XLA calls. Without native kernels, batches under
+    intra-op threads, a dense logits stage's affine map in float64 (rounded as XLA's fused
+    multiply-add, like the eager chain's numpy), and the other stages as XLA calls. Without native kernels, batches under
     :data:`LARGE_BATCH` run one XLA call (batch 1 with a static shape, where an integer first
     stage uses bit planes), larger ones two independent halves, each the int8 first layer and
     one XLA call for the rest, which TensorFlow can run on two cores at once. All paths compute
