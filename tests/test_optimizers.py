@@ -5,7 +5,8 @@ import tensorflow as tf
 
 import bnn
 from bnn import models
-from bnn.optimizers import Adam, Bop, CaseOptimizer, VariablePaths, is_binary_variable_of, make_optimizer
+from bnn.optimizers import (Adam, Bop, CaseOptimizer, VariablePaths, is_binary_variable_of,
+                            make_optimizer)
 
 
 def np_bop(w, m, grads, gamma, threshold):
