@@ -8,7 +8,9 @@ it), and VGG-small (32x32x3), it times, at batch 1 and 100, the packed model and
 float twin (Keras, in a ``tf.function``, with and without XLA), all fed the same normalized
 float32 inputs (MLP inputs are random pixels ``u / 127.5 - 1``; the packed MLP is also timed on
 the uint8 pixels), in interleaved timed blocks after warm-up, and reports medians over blocks
-of the per-call time and the speed-up over the faster float variant. Where the native kernels
+of the per-call time and the speed-up over the faster float variant: the median over rounds of
+(the faster float block of the round) / (the packed block of the round), so a minute in which
+the machine runs slow slows both sides of each ratio alike. Where the native kernels
 (``bnn.kernels``) run the packed model, the same model on its pure-TensorFlow XLA kernels is
 timed beside it. It also reports the .bnn size against the float twin's saved weights
 (``.weights.h5``), and, when MNIST is available (``BNN_DATA_DIR``, default ../shared/datasets
@@ -33,6 +35,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bnn import kernels, models  # noqa: E402
+from bnn.benchmark import paired_ratio  # noqa: E402
 from bnn.export import export_model, load_packed  # noqa: E402
 
 ARCHITECTURES = {
@@ -52,16 +55,19 @@ def _timed_block(fn, x, reps: int) -> float:
     return (time.perf_counter() - start) / reps
 
 
-def interleaved(variants: dict, x, rounds: int, reps: int, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each variant over ``rounds`` interleaved timed blocks."""
+def interleaved(variants: dict, x, rounds: int, reps: int,
+                warmup: int = 3) -> dict[str, list[float]]:
+    """Seconds per call of each variant in each of ``rounds`` timed blocks, interleaved: one
+    block per variant a round, in the given order on even rounds and the reverse on odd ones."""
     for fn in variants.values():
         for _ in range(warmup):
             fn(x).numpy()
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
-            times[name].append(_timed_block(fn, x, reps))
-    return {name: float(np.median(t)) for name, t in times.items()}
+    names = list(variants)
+    for round_index in range(rounds):
+        for name in names if round_index % 2 == 0 else names[::-1]:
+            times[name].append(_timed_block(variants[name], x, reps))
+    return times
 
 
 def _fit_mnist_mlp(data_dir: Path, quick: bool) -> tuple[keras.Model, np.ndarray, np.ndarray]:
@@ -131,12 +137,13 @@ def benchmark_architecture(key: str, work: Path, quick: bool) -> dict:
             variants["packed_uint8"] = lambda _, pixels=pixels: packed(pixels)
         if packed.native:
             variants["packed_xla"] = packed_xla
-        seconds = interleaved(variants, x, rounds, reps)
-        best_float = min(seconds["float"], seconds["float_xla"])
+        blocks = interleaved(variants, x, rounds, reps)
+        seconds = {name: float(np.median(t)) for name, t in blocks.items()}
+        best_float = [min(pair) for pair in zip(blocks["float"], blocks["float_xla"])]
         result["batches"][str(batch)] = {
             "packed_ms": 1e3 * seconds["packed"], "float_ms": 1e3 * seconds["float"],
             "float_xla_ms": 1e3 * seconds["float_xla"],
-            "speedup_vs_best_float": best_float / seconds["packed"], "rounds": rounds,
+            "speedup_vs_best_float": paired_ratio(best_float, blocks["packed"]), "rounds": rounds,
             "max_abs_logit_difference": difference,
             "reps_per_round": reps}
         if encoding:

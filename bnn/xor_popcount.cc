@@ -16,8 +16,9 @@
 //
 // With AVX-512 VPOPCNTDQ, one 512-bit register holds word k of 8 neighbouring units (w is stored
 // units-minor), so a broadcast x word, an xor, a popcount and an add advance 8 dot products; a tile
-// of 4 rows x 32 units keeps 16 accumulators in registers. Work is split over TensorFlow's
-// intra-op threads in tiles of 64 units (one output word) by 32 rows.
+// of 6 rows x 32 units keeps 24 accumulators in registers. Work is split over TensorFlow's
+// intra-op threads in tiles of 64 units (one output word) by 36 rows (3 examples, 24 bit-plane
+// rows, for the first layer).
 
 #include <algorithm>
 #include <cmath>
@@ -50,7 +51,46 @@ using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
 constexpr int64_t kGroup = 64;  // units per output word and per unit of parallel work
-constexpr int kRows = 4;        // batch rows per register tile
+constexpr int kRows = 6;        // batch rows per register tile (6 x 4 accumulators)
+
+#ifdef BNN_AVX512
+// Fully unrolled loops let the compiler keep a tile's accumulators in registers (without it,
+// GCC keeps a copy of the accumulator array on the stack and stores to it every iteration).
+#if defined(__clang__)
+#define BNN_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define BNN_UNROLL _Pragma("GCC unroll 32")
+#else
+#define BNN_UNROLL
+#endif
+
+// Counts for exactly R rows of x starting at row xr (row stride `words`) against the (up to) 32
+// units of w starting at column col whose load masks are `mask`, into counts[r * 64 + half + u].
+// R is a compile-time constant so that the R x 4 accumulators stay in registers.
+template <bool kAnd, int R>
+inline void CountTile(const int64_t* xr, const int64_t* w, int64_t words, int64_t units,
+                      int64_t col, const __mmask8* mask, int32_t* counts, int64_t half) {
+  __m512i acc[R][4];
+  BNN_UNROLL for (int r = 0; r < R; ++r)
+    BNN_UNROLL for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
+  for (int64_t k = 0; k < words; ++k) {
+    const int64_t* wk = w + k * units + col;
+    __m512i wv[4];
+    BNN_UNROLL for (int j = 0; j < 4; ++j) wv[j] = _mm512_maskz_loadu_epi64(mask[j], wk + 8 * j);
+    BNN_UNROLL for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_set1_epi64(xr[r * words + k]);
+      BNN_UNROLL for (int j = 0; j < 4; ++j)
+        acc[r][j] = _mm512_add_epi64(
+            acc[r][j], _mm512_popcnt_epi64(kAnd ? _mm512_and_si512(xv, wv[j])
+                                                : _mm512_xor_si512(xv, wv[j])));
+    }
+  }
+  BNN_UNROLL for (int r = 0; r < R; ++r)
+    BNN_UNROLL for (int j = 0; j < 4; ++j)
+      _mm256_mask_storeu_epi32(counts + r * kGroup + half + 8 * j, mask[j],
+                               _mm512_cvtepi64_epi32(acc[r][j]));
+}
+#endif
 
 // Mismatch counts (kAnd: counts of common set bits) for rows [row0, row0 + rows) of x and
 // units [u0, u0 + width), width <= 64, into counts[r * 64 + (u - u0)].
@@ -66,29 +106,19 @@ void CountGroup(const int64_t* x, const int64_t* w, int64_t rows, int64_t words,
       mask[j] = static_cast<__mmask8>((1u << live) - 1u);
     }
     const int64_t col = u0 + half;
-    for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-      const int nr = static_cast<int>(std::min<int64_t>(kRows, rows - r0));
-      __m512i acc[kRows][4];
-      for (int r = 0; r < kRows; ++r)
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_si512();
-      const int64_t* xr = x + (row0 + r0) * words;
-      for (int64_t k = 0; k < words; ++k) {
-        const int64_t* wk = w + k * units + col;
-        __m512i wv[4];
-        for (int j = 0; j < 4; ++j) wv[j] = _mm512_maskz_loadu_epi64(mask[j], wk + 8 * j);
-        for (int r = 0; r < kRows; ++r) {
-          if (r >= nr) break;
-          const __m512i xv = _mm512_set1_epi64(xr[r * words + k]);
-          for (int j = 0; j < 4; ++j)
-            acc[r][j] = _mm512_add_epi64(
-                acc[r][j], _mm512_popcnt_epi64(kAnd ? _mm512_and_si512(xv, wv[j])
-                                                    : _mm512_xor_si512(xv, wv[j])));
-        }
-      }
-      for (int r = 0; r < nr; ++r)
-        for (int j = 0; j < 4; ++j)
-          _mm256_mask_storeu_epi32(counts + (r0 + r) * kGroup + half + 8 * j, mask[j],
-                                   _mm512_cvtepi64_epi32(acc[r][j]));
+    int64_t r0 = 0;
+    for (; r0 + kRows <= rows; r0 += kRows)
+      CountTile<kAnd, kRows>(x + (row0 + r0) * words, w, words, units, col, mask,
+                             counts + r0 * kGroup, half);
+    const int64_t* xr = x + (row0 + r0) * words;
+    int32_t* tail = counts + r0 * kGroup;
+    switch (rows - r0) {  // the last rows, fewer than a tile
+      case 5: CountTile<kAnd, 5>(xr, w, words, units, col, mask, tail, half); break;
+      case 4: CountTile<kAnd, 4>(xr, w, words, units, col, mask, tail, half); break;
+      case 3: CountTile<kAnd, 3>(xr, w, words, units, col, mask, tail, half); break;
+      case 2: CountTile<kAnd, 2>(xr, w, words, units, col, mask, tail, half); break;
+      case 1: CountTile<kAnd, 1>(xr, w, words, units, col, mask, tail, half); break;
+      default: break;
     }
   }
 #else
@@ -248,7 +278,7 @@ class XorPopcountOp : public OpKernel {
 
     // Units of work: (group of 64 units, chunk of up to kChunk rows), chunk-major, so that
     // neighbouring work shares x rows and a single group still splits over threads.
-    constexpr int64_t kChunk = 32;
+    constexpr int64_t kChunk = 36;
     const int64_t chunks = (batch + kChunk - 1) / kChunk;
     auto work = [&](int64_t first, int64_t last) {
       int32_t counts[kChunk * kGroup];
@@ -376,7 +406,7 @@ class BitplaneSignOp : public OpKernel {
     const int32_t* threshold = ctx->input(2).flat<int32_t>().data();
     const int64_t* flip = ctx->input(3).flat<int64_t>().data();
     int64_t* words_out = out->flat<int64_t>().data();
-    constexpr int64_t kChunk = 4;  // examples (32 plane rows) per unit of work
+    constexpr int64_t kChunk = 3;  // examples (24 plane rows, 4 tiles) per unit of work
     const int64_t chunks = (batch + kChunk - 1) / kChunk;
     auto work = [&](int64_t first, int64_t last) {
       int32_t counts[kChunk * 8 * kGroup];
