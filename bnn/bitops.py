@@ -23,6 +23,8 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from bnn.xla import compiled
+
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled"]
 
@@ -147,7 +149,7 @@ def packed_training_enabled() -> bool:
     return not tf.config.list_physical_devices("GPU")
 
 
-@tf.function(jit_compile=True)
+@compiled
 def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     n = int(w.shape[0])
     w_words = pack(w >= 0, axis=0)
@@ -155,7 +157,7 @@ def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.cast(dots, x.dtype), w_words
 
 
-@tf.function(jit_compile=True)
+@compiled
 def _matmul_signs_transposed(dy: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
     """``dy @ sign(w)^T``, with ``sign(w)^T`` unpacked from the forward pass's packed kernel:
     it reads 1/32 of the float kernel's bytes and is built in the layout the dot reads fastest."""
@@ -193,7 +195,7 @@ def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-@tf.function(jit_compile=True)
+@compiled
 def _packed_conv2d(x, w, strides, pads, pad_value):
     if pads is not None:
         x = tf.pad(x, [[0, 0], pads[0], pads[1], [0, 0]], constant_values=pad_value)
@@ -213,7 +215,7 @@ def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32) -> tf.Tensor:
     return tf.where(bits > 0, tf.ones([], dtype), -tf.ones([], dtype))
 
 
-_unpack_xla = tf.function(unpack, jit_compile=True)
+_unpack_xla = compiled(unpack)
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",

@@ -17,6 +17,8 @@ from typing import Any, Callable
 import keras
 import tensorflow as tf
 
+from bnn.xla import compiled
+
 __all__ = [
     "Quantizer",
     "SteSign",
@@ -52,7 +54,7 @@ def _mask(x: tf.Tensor, clip_value: float) -> tf.Tensor:
     return tf.cast(tf.abs(x) <= tf.cast(clip_value, x.dtype), x.dtype)
 
 
-@tf.function(jit_compile=True)
+@compiled
 def _fused_sign(x: tf.Tensor) -> tf.Tensor:
     """``_sign`` as one fused pass over x."""
     return tf.where(x >= 0, tf.ones_like(x), -tf.ones_like(x))
@@ -63,7 +65,7 @@ def _all_inside(x: tf.Tensor, clip_value: tf.Tensor) -> tf.Tensor:
     return tf.logical_and(tf.reduce_max(x) <= clip_value, tf.reduce_min(x) >= -clip_value)
 
 
-@tf.function(jit_compile=True)
+@compiled
 def _masked(dy: tf.Tensor, x: tf.Tensor, clip_value: tf.Tensor) -> tf.Tensor:
     """One fused pass: ``dy`` where ``|x| <= clip_value``, else 0."""
     return tf.where(tf.abs(x) <= clip_value, dy, tf.zeros_like(dy))
