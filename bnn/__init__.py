@@ -4,8 +4,8 @@ Importing bnn registers every layer, quantizer, constraint, optimizer, loss and 
 Keras, so ``keras.models.load_model`` reads bnn models without ``custom_objects``.
 """
 
-from bnn import (constraints, gradients, layers, losses, metrics, models, optimizers, pooling,
-                 quantizers, schedules)
+from bnn import (constraints, gradients, layers, losses, metrics, models, normalization,
+                 optimizers, pooling, quantizers, schedules)
 from bnn.constraints import WeightClip
 from bnn.gradients import GradientReversal, custom_gradient, reverse_gradient, straight_through
 from bnn.layers import BinaryConv2D, BinaryDense
@@ -14,8 +14,8 @@ from bnn.quantizers import ste_sign
 __version__ = "0.1.0"
 
 __all__ = [
-    "constraints", "gradients", "layers", "losses", "metrics", "models", "optimizers",
-    "pooling", "quantizers", "schedules",
+    "constraints", "gradients", "layers", "losses", "metrics", "models", "normalization",
+    "optimizers", "pooling", "quantizers", "schedules",
     "WeightClip", "GradientReversal", "custom_gradient", "reverse_gradient", "straight_through",
     "BinaryConv2D", "BinaryDense", "ste_sign", "__version__",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import keras
 
 from bnn.layers import PRECISIONS, BinaryConv2D, BinaryDense
+from bnn.normalization import BatchNormalization
 from bnn.pooling import MaxPooling2D
 
 __all__ = ["binarynet_mlp", "vgg_small", "binary_resnet", "build", "names", "option_names",
@@ -28,7 +29,7 @@ def _check_precision(precision: str) -> None:
 
 
 def _norm(bn: dict, name: str, scale: bool = True):
-    return keras.layers.BatchNormalization(**bn, scale=scale, name=name)
+    return BatchNormalization(**bn, scale=scale, name=name)
 
 
 def _activation(precision: str, float_activation: str, name: str) -> list:

@@ -15,21 +15,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-try:  # TensorFlow's own test for XLA tracing; not public API, so its absence is tolerated
-    from tensorflow.python.framework import ops as tf_ops
-    from tensorflow.python.ops import control_flow_util
-except ImportError:  # pragma: no cover
-    control_flow_util = None
+from bnn.xla import in_xla_context
 
 __all__ = ["MaxPooling2D", "max_pool_slices"]
-
-
-def _in_xla_context() -> bool:
-    """Whether the graph being traced will be compiled by XLA (``jit_compile=True``); False
-    where this TensorFlow cannot say, which keeps Keras' pooling."""
-    if control_flow_util is None:
-        return False
-    return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
 
 
 def max_pool_slices(x: tf.Tensor, k: int) -> tf.Tensor:
@@ -88,6 +76,6 @@ class MaxPooling2D(keras.layers.MaxPooling2D):
 
     def call(self, inputs):
         k = self._sliceable(inputs) if isinstance(inputs, tf.Tensor) else None
-        if k is not None and _in_xla_context():
+        if k is not None and in_xla_context():
             return max_pool_slices(inputs, k)
         return super().call(inputs)

@@ -1,4 +1,5 @@
-"""XLA-compiled helpers that every binary layer calls with its own shapes.
+"""XLA helpers: compiled functions that every binary layer calls with its own shapes, and the
+test layers use to pick the kernels that are fastest with or without XLA.
 
 ``tf.function`` warns ("N out of the last M calls ... triggered tf.function retracing") when one
 function is traced again and again. A helper that each binary layer calls with its own shapes is
@@ -13,7 +14,13 @@ from typing import Callable
 
 import tensorflow as tf
 
-__all__ = ["compiled"]
+try:  # TensorFlow's own test for XLA tracing; not public API, so its absence is tolerated
+    from tensorflow.python.framework import ops as tf_ops
+    from tensorflow.python.ops import control_flow_util
+except ImportError:  # pragma: no cover
+    control_flow_util = None
+
+__all__ = ["compiled", "in_xla_context"]
 
 
 def compiled(fn: Callable) -> Callable:
@@ -25,3 +32,12 @@ def compiled(fn: Callable) -> Callable:
     function = tf.function(fn, jit_compile=True)
     function._omit_frequent_tracing_warning = True
     return function
+
+
+def in_xla_context() -> bool:
+    """Whether the graph being traced will be compiled by XLA (``jit_compile=True``); False
+    eagerly, in a plain graph, and where this TensorFlow cannot say (layers then keep their
+    non-XLA kernels, which are correct either way)."""
+    if control_flow_util is None:
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())

@@ -1,0 +1,61 @@
+"""Batch normalization that trains on TensorFlow's fused kernel outside XLA.
+
+Keras 3's ``BatchNormalization`` computes its batch statistics, normalization and gradients as a
+dozen separate TensorFlow ops (moments, broadcasts, multiply-adds), each a pass over the
+activations. Without XLA that costs 2.3x more than TensorFlow's fused batch-norm kernel on CPU
+(forward and backward of 50 x 32 x 32 x 128: 29.6 ms against 12.2 ms), and about a tenth of a
+VGG-small train step. Under XLA, which fuses Keras' ops itself, the two take the same time, so
+the layer uses the fused kernel only outside XLA.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from bnn.xla import in_xla_context
+
+__all__ = ["BatchNormalization"]
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class BatchNormalization(keras.layers.BatchNormalization):
+    """``keras.layers.BatchNormalization`` (same arguments, variables, statistics and moving
+    averages) whose training step, outside XLA, is one ``FusedBatchNormV3`` kernel forward and
+    one backward.
+
+    The fused path applies in training to float32 channels-last 4-D inputs without a mask,
+    ``renorm`` or ``synchronized``; inference and everything else is Keras' layer unchanged (so
+    a trained model predicts, and exports, exactly as with Keras' layer). The moving variance is
+    updated with the biased batch variance, as Keras does (the kernel reports the unbiased one;
+    it is scaled back by ``(n - 1) / n``). Outputs and gradients equal Keras' to float32
+    rounding.
+    """
+
+    def _fused_applies(self, inputs, training, mask) -> bool:
+        return (bool(training) and self.trainable and mask is None and not self.renorm
+                and not self.synchronized and isinstance(inputs, tf.Tensor)
+                and inputs.shape.rank == 4 and self.axis in (-1, 3)
+                and inputs.dtype == tf.float32 and self.moving_mean.dtype == "float32"
+                and self.compute_dtype == "float32" and not in_xla_context())
+
+    def call(self, inputs, training=None, mask=None):
+        if not self._fused_applies(inputs, training, mask):
+            return super().call(inputs, training=training, mask=mask)
+        channels = int(inputs.shape[-1])
+        gamma = self.gamma if self.scale else tf.ones([channels])
+        beta = self.beta if self.center else tf.zeros([channels])
+        empty = tf.zeros([0])
+        outputs, mean, unbiased, _, _, _ = tf.raw_ops.FusedBatchNormV3(
+            x=inputs, scale=tf.convert_to_tensor(gamma), offset=tf.convert_to_tensor(beta),
+            mean=empty, variance=empty, epsilon=self.epsilon, data_format="NHWC",
+            is_training=True)
+        count = tf.cast(tf.size(inputs) // channels, tf.float32)  # values per channel
+        # the biased variance; one value per channel has variance 0 (the kernel's is not finite)
+        variance = tf.where(count > 1.0, unbiased * ((count - 1.0) / tf.maximum(count, 1.0)),
+                            tf.zeros_like(unbiased))
+        momentum = self.momentum
+        self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))
+        self.moving_variance.assign(
+            self.moving_variance * momentum + variance * (1.0 - momentum))
+        return outputs
