@@ -1,5 +1,5 @@
 """XLA helpers: compiled functions that every binary layer calls with its own shapes, and the
-test layers use to pick the kernels that are fastest with or without XLA.
+check by which layers pick the kernels that are fastest with or without XLA.
 
 ``tf.function`` warns ("N out of the last M calls ... triggered tf.function retracing") when one
 function is traced again and again. A helper that each binary layer calls with its own shapes is
