@@ -52,7 +52,7 @@ class BatchNormalization(keras.layers.BatchNormalization):
             is_training=True)
         count = tf.cast(tf.size(inputs) // channels, tf.float32)  # values per channel
         # the biased variance; one value per channel has variance 0 (the kernel's is not finite)
-        variance = tf.where(count > 1.0, unbiased * ((count - 1.0) / tf.maximum(count, 1.0)),
+        variance = tf.where(count > 1.0, unbiased * ((count - 1.0) / count),
                             tf.zeros_like(unbiased))
         momentum = self.momentum
         self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))

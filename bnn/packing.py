@@ -430,9 +430,9 @@ class PackedModel(tf.Module):
     multiply-add, like the eager chain's numpy), and the other stages as XLA calls. Without
     native kernels, batches under :data:`LARGE_BATCH` run one XLA call (batch 1 with a static
     shape, where an integer first stage uses bit planes), larger ones two independent halves,
-    each the int8 first layer and one XLA call for the rest, which TensorFlow can run on two cores at once. All paths compute
-    the same integers and round the float logits alike (XLA's fused multiply-add), so they give
-    identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
+    each the int8 first layer and one XLA call for the rest, which TensorFlow can run on two
+    cores at once. All paths compute the same integers and round the float logits alike (XLA's
+    fused multiply-add), so they give identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
     """
 
     def __init__(self, stages: Sequence[dict[str, Any]],

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from bnn import kernels, models
 from bnn.export import export_model, load_packed
-from bnn.packing import EAGER_BATCH
-from bnn.packing import NativeKernelsUnavailable, pack_bits
+from bnn.packing import EAGER_BATCH, NativeKernelsUnavailable, pack_bits
 
 needs_native = pytest.mark.skipif(
     not kernels.available(), reason=f"native kernels unavailable: {kernels.unavailable_reason()}")
