@@ -35,6 +35,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bnn import allocator
 from bnn import models as models_lib
 from bnn import optimizers
 
@@ -56,7 +57,8 @@ Companions = Callable[[dict[str, Any]], Mapping[str, BlockTimer]]
 
 
 def machine_info() -> dict[str, Any]:
-    """CPU model, logical cores, accelerators, TensorFlow and Keras versions, UTC date."""
+    """CPU model, logical cores, accelerators, TensorFlow's CPU allocator (see
+    :mod:`bnn.allocator`), TensorFlow and Keras versions, UTC date."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -72,6 +74,7 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "device": "GPU" if gpus else "CPU",
         "gpus": [gpu.name for gpu in gpus],
+        "cpu_allocator": allocator.allocator_name(),
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
         "python": platform.python_version(),
@@ -254,6 +257,7 @@ def to_markdown(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"{machine['cpu']}, {machine['cores']} cores, {machine['device']}, "
                  f"TensorFlow {machine['tensorflow']}, Keras {machine['keras']}, "
+                 f"{machine.get('cpu_allocator', 'default')} CPU allocator, "
                  f"{machine['date']}. Times are medians over interleaved blocks; binary/float is "
                  "the median of per-block-pair ratios.")
     return "\n".join(lines) + "\n"

@@ -37,13 +37,16 @@ def words(n: int) -> int:
     return -(-n // WORD_BITS)
 
 
-def pack(bits: tf.Tensor, axis: int = -1) -> tf.Tensor:
+def pack(bits: tf.Tensor, axis: int = -1, word_bits: int = WORD_BITS) -> tf.Tensor:
     """Packs a bool tensor along ``axis`` into int64 words (the axis shrinks from ``n`` to
-    ``ceil(n / 64)``), bit layout as in the module docstring.
+    ``ceil(n / 64)``), bit layout as in the module docstring; with ``word_bits=32``, into the
+    int32 halves of those words instead (low half first, ``2 * ceil(n / 64)`` of them).
 
     Bits are first gathered 32 to an int32 word and pairs of those joined into int64, which XLA
     compiles into vector code several times faster than 64-bit shifts and sums.
     """
+    if word_bits not in (32, WORD_BITS):
+        raise ValueError(f"word_bits must be 32 or {WORD_BITS}, got {word_bits!r}")
     shape = bits.shape
     axis = axis % len(shape)
     n = int(shape[axis])
@@ -57,11 +60,13 @@ def pack(bits: tf.Tensor, axis: int = -1) -> tf.Tensor:
         x = tf.pad(x, [[0, 0], [0, pad], [0, 0]])
     x = tf.reshape(tf.cast(x, tf.int32), [-1, 2 * words(n), 32, inner])
     shifts = tf.constant(np.arange(32, dtype=np.int32)[None, None, :, None])
-    halves = tf.reduce_sum(tf.bitwise.left_shift(x, shifts), axis=2)  # (m, 2 * words, inner)
-    halves = tf.reshape(tf.cast(halves, tf.int64), [-1, words(n), 2, inner])
-    low = tf.bitwise.bitwise_and(halves[:, :, 0], 0xFFFFFFFF)
-    packed = tf.bitwise.bitwise_or(low, tf.bitwise.left_shift(halves[:, :, 1], 32))
-    out_shape = tf.concat([pre, [words(n)], tf.constant(list(post), tf.int32)], 0)
+    packed = tf.reduce_sum(tf.bitwise.left_shift(x, shifts), axis=2)  # (m, 2 * words, inner)
+    if word_bits == WORD_BITS:
+        halves = tf.reshape(tf.cast(packed, tf.int64), [-1, words(n), 2, inner])
+        low = tf.bitwise.bitwise_and(halves[:, :, 0], 0xFFFFFFFF)
+        packed = tf.bitwise.bitwise_or(low, tf.bitwise.left_shift(halves[:, :, 1], 32))
+    count = words(n) * WORD_BITS // word_bits
+    out_shape = tf.concat([pre, [count], tf.constant(list(post), tf.int32)], 0)
     return tf.reshape(packed, out_shape)
 
 
@@ -152,16 +157,16 @@ def packed_training_enabled() -> bool:
 @compiled
 def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     n = int(w.shape[0])
-    w_words = pack(w >= 0, axis=0)
-    dots = xor_popcount_matmul(pack(x >= 0, axis=-1), w_words, n)
-    return tf.cast(dots, x.dtype), w_words
+    w_halves = pack(w >= 0, axis=0, word_bits=32)  # XLA computes the shared halves once
+    dots = xor_popcount_matmul(pack(x >= 0, axis=-1), pack(w >= 0, axis=0), n)
+    return tf.cast(dots, x.dtype), w_halves
 
 
 @compiled
-def _matmul_signs_transposed(dy: tf.Tensor, w_words: tf.Tensor, n: int) -> tf.Tensor:
-    """``dy @ sign(w)^T``, with ``sign(w)^T`` unpacked from the forward pass's packed kernel:
-    it reads 1/32 of the float kernel's bytes and is built in the layout the dot reads fastest."""
-    return tf.matmul(dy, unpack(tf.transpose(w_words), n, dy.dtype))
+def _matmul_signs_transposed(dy: tf.Tensor, w_halves: tf.Tensor, n: int) -> tf.Tensor:
+    """``dy @ sign(w)^T``, with ``sign(w)`` unpacked from the forward pass's packed kernel, which
+    reads 1/32 of the float kernel's bytes, in int32 halves (32-bit vector lanes)."""
+    return tf.matmul(dy, unpack(w_halves, n, dy.dtype, axis=0), transpose_b=True)
 
 
 def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
@@ -177,10 +182,10 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
 
     @tf.custom_gradient
     def op(x, w):
-        y, w_words = _packed_matmul(x, w)
+        y, w_halves = _packed_matmul(x, w)
 
         def grad(dy):
-            dx = _matmul_signs_transposed(dy, w_words, int(w.shape[0]))
+            dx = _matmul_signs_transposed(dy, w_halves, int(w.shape[0]))
             return dx, tf.matmul(x, dy, transpose_a=True)
 
         return y, grad
@@ -206,12 +211,20 @@ def _packed_conv2d(x, w, strides, pads, pad_value):
     return tf.cast(dots, x.dtype), x_words
 
 
-def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32) -> tf.Tensor:
-    """Inverse of :func:`pack` along the last axis: ``n`` values ±1 in ``dtype``."""
-    shifts = tf.constant(np.arange(WORD_BITS, dtype=np.int64))
-    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words[..., None], shifts), 1)
-    shape = tf.concat([tf.shape(words)[:-1], [int(words.shape[-1]) * WORD_BITS]], 0)
-    bits = tf.reshape(bits, shape)[..., :n]
+def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32, axis: int = -1) -> tf.Tensor:
+    """Inverse of :func:`pack` along ``axis``: ``n`` values ±1 in ``dtype``, from int64 words or
+    from their int32 halves (``pack(..., word_bits=32)``, which unpack with 32-bit arithmetic)."""
+    axis = axis % len(words.shape)
+    word_bits = 32 if words.dtype == tf.int32 else WORD_BITS
+    k = int(words.shape[axis])
+    shifts = np.arange(word_bits).reshape([word_bits] + [1] * (len(words.shape) - axis - 1))
+    shifts = tf.constant(shifts, words.dtype)
+    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(tf.expand_dims(words, axis + 1), shifts), 1)
+    dynamic = tf.shape(words)
+    shape = tf.concat([dynamic[:axis], [k * word_bits], dynamic[axis + 1:]], 0)
+    size = [-1] * len(words.shape)
+    size[axis] = n
+    bits = tf.slice(tf.reshape(bits, shape), [0] * len(size), size)
     return tf.where(bits > 0, tf.ones([], dtype), -tf.ones([], dtype))
 
 

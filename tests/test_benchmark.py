@@ -29,7 +29,9 @@ def quick_run(tmp_path_factory):
 def test_quick_run_writes_json_with_every_field_positive_and_finite(quick_run):
     code, data, _ = quick_run
     assert code == 0
-    assert {"cpu", "cores", "device", "tensorflow", "keras", "date"} <= set(data["machine"])
+    assert {"cpu", "cores", "device", "tensorflow", "keras", "date",
+            "cpu_allocator"} <= set(data["machine"])
+    assert data["machine"]["cpu_allocator"] in ("bfc", "default")
     assert data["machine"]["tensorflow"] == tf.__version__
     [row] = data["results"]
     assert set(FIELDS) <= set(row)

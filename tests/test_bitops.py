@@ -28,6 +28,29 @@ def test_pack_equals_numpy_pack_bits_along_any_axis(rows, n, inner, axis):
     np.testing.assert_array_equal(got, pack_bits(a, axis=axis))
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 4), st.integers(1, 200), st.integers(1, 5), st.sampled_from([0, 1, -1]))
+def test_int32_halves_are_the_words_split_low_first_and_both_unpack(rows, n, inner, axis):
+    rng = np.random.default_rng(rows * 1000 + n + 7)
+    shape = [rows + 1, n, inner] if axis == 1 else ([n, rows + 1, inner] if axis == 0
+                                                    else [rows + 1, inner, n])
+    a = rng.standard_normal(shape).astype("float32")
+    words = pack_bits(a, axis=axis)
+    halves = bitops.pack(tf.constant(a) >= 0, axis=axis, word_bits=32).numpy()
+    assert halves.dtype == np.int32
+    # Little-endian int64 storage is the low int32 half then the high one.
+    joined = np.moveaxis(halves, axis, -1).copy().view(np.int64)
+    np.testing.assert_array_equal(joined, np.moveaxis(words, axis, -1))
+    signs = np.where(a >= 0, 1.0, -1.0)
+    for packed in (tf.constant(words), tf.constant(halves)):
+        np.testing.assert_array_equal(bitops.unpack(packed, n, axis=axis).numpy(), signs)
+
+
+def test_pack_rejects_other_word_sizes():
+    with pytest.raises(ValueError, match="word_bits must be 32 or 64, got 16"):
+        bitops.pack(tf.constant([[True]]), word_bits=16)
+
+
 def test_pack_inside_xla_with_unknown_batch():
     fn = tf.function(lambda b: bitops.pack(b >= 0), jit_compile=True,
                      input_signature=[tf.TensorSpec([None, 70], tf.float32)])
