@@ -87,9 +87,10 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
     from bnn import training
     from bnn.config import load_config
     from bnn.rundir import RunLock
-    from bnn.runtime import worker_run_dir
+    from bnn.runtime import check_environment, worker_run_dir
 
     config = load_config(args.config, args.overrides)
+    check_environment()
     precisions = precisions or [config.model.precision]
     shared_dir = Path(args.output_dir or config.output_dir)
     with worker_run_dir(config, shared_dir) as run_dir, RunLock(run_dir):

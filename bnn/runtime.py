@@ -14,9 +14,10 @@ from typing import Iterator
 import keras
 import tensorflow as tf
 
+from bnn import bitops
 from bnn.config import Config
 
-__all__ = ["TrainingError", "configure_runtime", "make_strategy", "is_chief", "worker_run_dir"]
+__all__ = ["TrainingError", "check_environment", "configure_runtime", "make_strategy", "is_chief", "worker_run_dir"]
 
 
 class TrainingError(Exception):
@@ -24,8 +25,20 @@ class TrainingError(Exception):
 
 
 
+def check_environment() -> None:
+    """Raises TrainingError, naming the variable, for a kernel setting in the environment that
+    bnn cannot read (``BNN_PACKED_FORWARD``, ``BNN_CONV_GRADIENTS``; see :mod:`bnn.bitops`)."""
+    try:
+        bitops.packed_training_enabled()
+        bitops.xla_conv_gradients()
+    except ValueError as error:
+        raise TrainingError(str(error)) from None
+
+
 def configure_runtime(config: Config) -> None:
-    """Device, precision policy, determinism and seeds, before any model is built."""
+    """Device, precision policy, determinism and seeds, before any model is built, after
+    :func:`check_environment`."""
+    check_environment()
     t = config.training
     gpus = tf.config.list_physical_devices("GPU")
     if t.device == "gpu" and not gpus:

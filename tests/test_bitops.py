@@ -98,7 +98,11 @@ def test_binary_matmul_of_a_latent_kernel_is_the_product_of_its_signs(jit):
 
 @pytest.mark.parametrize("padding,pad_value", [("same", 1.0), ("same", -1.0), ("valid", 1.0)])
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 1)])
-def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(padding, pad_value, strides):
+@pytest.mark.parametrize("gradients", ["xla", "tensorflow"])
+def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(monkeypatch, padding, pad_value,
+                                                                  strides, gradients):
+    monkeypatch.setenv("BNN_CONV_GRADIENTS", gradients)
+    assert bitops.xla_conv_gradients() is (gradients == "xla")
     rng = np.random.default_rng(sum(strides))
     x, w = _pm1(rng, (3, 9, 8, 70)), _pm1(rng, (3, 3, 70, 5))
 
@@ -124,6 +128,26 @@ def test_binary_conv2d_rejects_a_padding_value_that_is_not_plus_minus_one():
         bitops.binary_conv2d(x, tf.ones((3, 3, 3, 2)), (1, 1), "same", 0.0)
     with pytest.raises(ValueError, match="'valid' or 'same'"):
         bitops.binary_conv2d(x, tf.ones((3, 3, 3, 2)), (1, 1), "full")
+
+
+def test_conv_gradients_default_follows_the_cpu_and_gpu(monkeypatch):
+    monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
+    expected = (not tf.config.list_physical_devices("GPU")
+                and "avx512f" not in bitops._cpu_flags())
+    assert bitops.xla_conv_gradients() is expected
+
+
+def test_packed_forward_setting_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv("BNN_PACKED_FORWARD", "flase")
+    with pytest.raises(ValueError, match="BNN_PACKED_FORWARD must be 0, 1 or auto, got 'flase'"):
+        bitops.packed_training_enabled()
+
+
+def test_conv_gradients_setting_rejects_unknown_values(monkeypatch):
+    monkeypatch.setenv("BNN_CONV_GRADIENTS", "fast")
+    with pytest.raises(ValueError, match="BNN_CONV_GRADIENTS must be 'auto', 'xla' or "
+                                         "'tensorflow', got 'fast'"):
+        bitops.xla_conv_gradients()
 
 
 @pytest.mark.parametrize("setting,expected", [("0", False), ("off", False), ("1", True)])

@@ -203,3 +203,18 @@ def test_bad_command_line_exits_2_with_one_line(tmp_path, capsys, argv, needle):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], lines
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("variable, value", [("BNN_CONV_GRADIENTS", "fast"),
+                                             ("BNN_PACKED_FORWARD", "flase")])
+def test_bad_kernel_setting_in_the_environment_exits_2_with_one_line(tmp_path, capsys,
+                                                                     monkeypatch, variable,
+                                                                     value):
+    monkeypatch.setenv(variable, value)
+    config = write_config(tmp_path / "ok.yaml", TINY)
+    assert main(["compare", str(config), "--output-dir", str(tmp_path / "run")]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"bnn: error: {variable} must be "), lines
+    assert repr(value) in lines[0] and "Traceback" not in captured.err
+    assert not (tmp_path / "run").exists()
