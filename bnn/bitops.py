@@ -17,13 +17,13 @@ AVX-512 CPU.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from bnn import cpu
 from bnn.xla import compiled, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
@@ -266,20 +266,9 @@ def xla_conv_gradients() -> bool:
     if setting != "auto":
         raise ValueError(f"BNN_CONV_GRADIENTS must be 'auto', 'xla' or 'tensorflow', got "
                          f"{setting!r}; unset it for the default")
-    return not tf.config.list_physical_devices("GPU") and "avx512f" not in _cpu_flags()
+    return not tf.config.list_physical_devices("GPU") and "avx512f" not in cpu.flags()
 
 
-@functools.lru_cache(maxsize=1)
-def _cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux lists them in /proc/cpuinfo (empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",

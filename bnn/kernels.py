@@ -27,7 +27,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["SOURCE", "cache_dir", "library", "available", "unavailable_reason",
+from bnn import cpu
+
+__all__ = ["SOURCE", "cache_dir", "library", "available", "preferred", "unavailable_reason",
            "xor_popcount", "xor_popcount_sign", "threshold_pack", "bitplane_sign"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
@@ -141,6 +143,20 @@ def library():
         if "library" not in _state:
             _state["library"], _state["reason"] = _build()
         return _state["library"]
+
+
+def preferred() -> bool:
+    """Whether :class:`bnn.packing.PackedModel` uses these kernels by default: where they are
+    available and, on x86, the CPU has AVX-512 VPOPCNTDQ. Without it they count bits one word
+    at a time, and on an AVX2 CPU (Zen 3) the XLA kernels ran the packed MLP 2-3x faster (batch
+    1: 0.57 against 1.12 ms; batch 100: 8.0 against 25.1 ms). ``BNN_NATIVE_KERNELS=1`` prefers
+    them on any CPU."""
+    if not available():
+        return False
+    if os.environ.get("BNN_NATIVE_KERNELS", "").strip().lower() in ("1", "true", "on", "yes"):
+        return True
+    flags = cpu.flags()
+    return not (cpu.is_x86() and flags and "avx512_vpopcntdq" not in flags)
 
 
 def available() -> bool:

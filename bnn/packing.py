@@ -416,8 +416,8 @@ class PackedModel(tf.Module):
         input_encoding: ``{"scale": s, "offset": o}`` when the first stage takes uint8 pixels
             ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
 
-        native: use the native kernels of :mod:`bnn.kernels`; ``None`` (default): where they
-            are available and the model has no packed convolutions; ``True`` raises
+        native: use the native kernels of :mod:`bnn.kernels`; ``None`` (default): where
+            :func:`bnn.kernels.preferred` and the model has no packed convolutions; ``True`` raises
             :class:`NativeKernelsUnavailable` where they cannot run it.
 
     Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
@@ -463,7 +463,7 @@ class PackedModel(tf.Module):
                 tf.TensorSpec([None, self.stages[0].units], tf.int32)])
         dense_only = not any(st.packed_in and st.op == "conv2d" for st in self.stages)
         if native is None:
-            native = dense_only and kernels.available()
+            native = dense_only and kernels.preferred()
         elif native and not (dense_only and kernels.available()):
             raise NativeKernelsUnavailable("native kernels cannot run this model: " + (
                 kernels.unavailable_reason() or "they run packed dense layers only"))

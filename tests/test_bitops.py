@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bnn
-from bnn import bitops
+from bnn import bitops, cpu
 from bnn.packing import pack_bits
 
 
@@ -133,7 +133,7 @@ def test_binary_conv2d_rejects_a_padding_value_that_is_not_plus_minus_one():
 def test_conv_gradients_default_follows_the_cpu_and_gpu(monkeypatch):
     monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
     expected = (not tf.config.list_physical_devices("GPU")
-                and "avx512f" not in bitops._cpu_flags())
+                and "avx512f" not in cpu.flags())
     assert bitops.xla_conv_gradients() is expected
 
 

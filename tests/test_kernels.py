@@ -129,6 +129,25 @@ def test_disabled_by_environment_gives_a_reason_and_packed_model_falls_back(fres
         load_packed(tmp_path / "m.bnn", native=True)
 
 
+@needs_native
+@pytest.mark.parametrize("flags, machine_is_x86, setting, expected", [
+    ({"avx2", "avx512f", "avx512_vpopcntdq"}, True, None, True),
+    ({"avx2", "fma"}, True, None, False),
+    ({"avx2", "fma"}, True, "1", True),
+    (set(), True, None, True),  # flags unknown: as before, native where it builds
+    ({"neon"}, False, None, True),
+], ids=["vpopcntdq", "avx2 only", "avx2 only, forced", "flags unknown", "not x86"])
+def test_native_kernels_are_preferred_only_where_they_beat_xla(monkeypatch, flags, machine_is_x86,
+                                                               setting, expected):
+    monkeypatch.setattr(kernels.cpu, "flags", lambda: frozenset(flags))
+    monkeypatch.setattr(kernels.cpu, "is_x86", lambda: machine_is_x86)
+    if setting is None:
+        monkeypatch.delenv("BNN_NATIVE_KERNELS", raising=False)
+    else:
+        monkeypatch.setenv("BNN_NATIVE_KERNELS", setting)
+    assert kernels.preferred() is expected
+
+
 def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
     fresh_state.setenv("BNN_NATIVE_KERNELS", "1")
     fresh_state.setenv("BNN_CACHE_DIR", str(tmp_path))
@@ -161,7 +180,8 @@ def test_native_and_xla_paths_give_identical_logits(tmp_path, encoding):
         if hasattr(layer, "moving_mean"):
             layer.moving_mean.assign(rng.normal(0, 3, layer.moving_mean.shape))
     export_model(model, tmp_path / "m.bnn", input_encoding=encoding)
-    native, xla = load_packed(tmp_path / "m.bnn"), load_packed(tmp_path / "m.bnn", native=False)
+    native = load_packed(tmp_path / "m.bnn", native=True)
+    xla = load_packed(tmp_path / "m.bnn", native=False)
     assert native.native and not xla.native
     pixels = rng.integers(0, 256, (45, 28, 28, 1)).astype(np.uint8)
     x = (pixels * np.float32(1 / 127.5) - 1.0).astype(np.float32)
