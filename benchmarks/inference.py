@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         results = {"cpu_threads": os.cpu_count(), "quick": args.quick,
-                   "native_kernels": kernels.available(),
+                   "native_kernels": kernels.preferred(),
+                   "native_kernels_built": kernels.available(),
                    "native_kernels_unavailable": kernels.unavailable_reason(),
                    "models": {key: benchmark_architecture(key, work, args.quick)
                               for key in keys},
