@@ -19,8 +19,8 @@ from bnn.quantizers import ste_sign
 __version__ = "0.1.0"
 
 __all__ = [
-    "allocator", "constraints", "gradients", "layers", "losses", "metrics", "models", "normalization",
-    "optimizers", "pooling", "quantizers", "schedules",
+    "allocator", "constraints", "gradients", "layers", "losses", "metrics", "models",
+    "normalization", "optimizers", "pooling", "quantizers", "schedules",
     "WeightClip", "GradientReversal", "custom_gradient", "reverse_gradient", "straight_through",
     "BinaryConv2D", "BinaryDense", "ste_sign", "__version__",
 ]

@@ -269,8 +269,6 @@ def xla_conv_gradients() -> bool:
     return not tf.config.list_physical_devices("GPU") and "avx512f" not in cpu.flags()
 
 
-
-
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",
                   pad_value: float = 1.0) -> tf.Tensor:
     """``conv2d(x, w, strides, padding)`` for ±1 ``x`` ``(batch, h, w, c)`` and ±1 ``w``
