@@ -5,7 +5,8 @@ fresh pages for each block above 32 MiB and unmaps them when the block is freed.
 train step takes its scratch memory as one block per call, so a step whose scratch is larger than
 that page-faults through all of it on every step: the BinaryNet MLP's binary step (batch 100,
 62 MiB of scratch) spent about a third of its time there on a 2-core CPU, about 15 000 page faults
-per step, one per 4 KiB page of the block. TensorFlow's BFC allocator keeps freed blocks for reuse instead.
+per step, one per 4 KiB page of the block. TensorFlow's BFC allocator keeps freed blocks for
+reuse instead.
 
 Importing bnn selects it by setting ``TF_CPU_ALLOCATOR_USE_BFC=true`` unless that variable is
 already set (``TF_CPU_ALLOCATOR_USE_BFC=false`` keeps TensorFlow's default). TensorFlow reads the
