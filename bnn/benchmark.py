@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from bnn import allocator
+from bnn import cpu as cpu_lib
 from bnn import models as models_lib
 from bnn import optimizers
 
@@ -59,18 +60,9 @@ Companions = Callable[[dict[str, Any]], Mapping[str, BlockTimer]]
 def machine_info() -> dict[str, Any]:
     """CPU model, logical cores, accelerators, TensorFlow's CPU allocator (see
     :mod:`bnn.allocator`), TensorFlow and Keras versions, UTC date."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     gpus = tf.config.list_physical_devices("GPU")
     return {
-        "cpu": cpu,
+        "cpu": cpu_lib.model_name(),
         "cores": os.cpu_count(),
         "device": "GPU" if gpus else "CPU",
         "gpus": [gpu.name for gpu in gpus],

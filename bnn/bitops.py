@@ -237,11 +237,11 @@ def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32, axis: int = -
 def _conv2d_gradients(x_signs, w, dy, x_shape, strides, padding):
     """The float convolution's gradients for :func:`binary_conv2d`: the input's, the transposed
     convolution of ``dy`` with zero padding; the kernel's, from the padded ±1 input."""
-    conv_args = dict(strides=[1, *strides, 1], padding=padding.upper())
+    strides = [1, *strides, 1]
     dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=w, out_backprop=dy,
-                                        **conv_args)
+                                        strides=strides, padding=padding.upper())
     dw = tf.raw_ops.Conv2DBackpropFilter(input=x_signs, filter_sizes=tf.shape(w), out_backprop=dy,
-                                         strides=[1, *strides, 1], padding="VALID")
+                                         strides=strides, padding="VALID")
     return dx, dw
 
 
