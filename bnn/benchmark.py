@@ -39,6 +39,7 @@ from bnn import allocator
 from bnn import cpu as cpu_lib
 from bnn import models as models_lib
 from bnn import optimizers
+from bnn import step_phases
 
 __all__ = ["run", "paired_ratio", "BlockTimer", "Companions", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
 
@@ -118,7 +119,7 @@ def _interleave(timers: dict[str, BlockTimer], blocks: int,
 
 def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blocks: int,
              steps_per_block: int, warmup_steps: int, seed: int,
-             companions: Companions | None = None) -> dict[str, Any]:
+             companions: Companions | None = None, phases: bool = False) -> dict[str, Any]:
     keras.utils.set_random_seed(seed)
     twins = {p: _compiled_twin(name, p, options, xla) for p in ("binary", "float")}
     input_shape = tuple(twins["binary"].input_shape[1:])
@@ -130,6 +131,10 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
         _time_block(model, x, y, warmup_steps)
     timers: dict[str, BlockTimer] = {
         p: functools.partial(_time_block, model, x, y) for p, model in twins.items()}
+    if phases:
+        for p, model in twins.items():
+            for phase, timer in step_phases.phase_timers(model, x, y, xla, warmup_steps).items():
+                timers[f"{p}_{phase}"] = timer
     options_out = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
     spec = {"model": name, "xla": xla, "batch_size": batch_size, "options": options_out,
             "warmup_steps": warmup_steps, "seed": seed}
@@ -155,6 +160,8 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
     for label in times:
         row[f"{label}_block_ms"] = [t * 1e3 for t in times[label]]
         row[f"{label}_block_cpu_ms"] = [t * 1e3 for t in cpu[label]]
+    if phases:
+        step_phases.summarize(row, tuple(twins))
     return row
 
 
@@ -168,6 +175,7 @@ def run(
     warmup_steps: int = 3,
     seed: int = 0,
     companions: Companions | None = None,
+    phases: bool = False,
 ) -> dict[str, Any]:
     """Times the train step of each model's binary and float twins under each XLA setting.
 
@@ -187,6 +195,9 @@ def run(
             warmed up, that take their turns among the twins' blocks. Their blocks appear in the
             row as ``<label>_block_ms`` and ``<label>_block_cpu_ms`` (``benchmarks/step_time.py``
             times Larq this way).
+        phases: also time each twin's forward pass and forward plus backward pass, in blocks of
+            their own among the others, and add ``<twin>_forward_ms``, ``_backward_ms`` and
+            ``_rest_ms`` to each row (see :mod:`bnn.step_phases`).
 
     Returns:
         ``{"machine": machine_info(), "results": [one dict per (model, xla)]}``; see the module
@@ -212,7 +223,8 @@ def run(
         batch_size = _QUICK_BATCH if quick else int(sizes[name])
         for jit in xla:
             results.append(_measure(name, bool(jit), batch_size, options, blocks,
-                                    steps_per_block, warmup_steps, seed, companions))
+                                    steps_per_block, warmup_steps, seed, companions,
+                                    phases))
             keras.backend.clear_session()
     return {"machine": machine_info(), "results": results}
 
@@ -252,6 +264,11 @@ def to_markdown(results: dict[str, Any]) -> str:
                  f"{machine.get('cpu_allocator', 'default')} CPU allocator, "
                  f"{machine['date']}. Times are medians over interleaved blocks; binary/float is "
                  "the median of per-block-pair ratios.")
+    phase_table = step_phases.to_markdown(rows, ("binary", "float"))
+    if phase_table:
+        lines += ["", "Phases (backward = forward and backward less forward; rest = whole step "
+                  "less forward and backward: the update, constraints and Keras' step work):",
+                  "", phase_table.rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -276,6 +293,8 @@ def build_parser(prog: str = "bnn bench") -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=10, help="train steps per block (default 10)")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="one batch size for every model (default: MLP 100, VGG-small 50)")
+    parser.add_argument("--phases", action="store_true",
+                        help="also time the forward pass and forward plus backward pass alone")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
     return parser
@@ -298,7 +317,7 @@ def run_from_args(args: argparse.Namespace,
     names = parse_models(args.models)
     sizes = {name: args.batch_size for name in names} if args.batch_size else None
     return run(names, args.xla, sizes, quick=args.quick, blocks=args.blocks,
-               steps_per_block=args.steps, companions=companions)
+               steps_per_block=args.steps, companions=companions, phases=args.phases)
 
 
 def write_outputs(results: dict[str, Any], json_path: str | None,
