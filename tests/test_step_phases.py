@@ -53,13 +53,15 @@ def test_without_phases_there_are_no_phase_fields_or_table():
     assert "twin" not in benchmark.to_markdown(data)
 
 
-def test_timers_run_the_forward_pass_and_the_gradients():
+@pytest.mark.parametrize("loss", [keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                  "sparse_categorical_crossentropy"])
+def test_timers_run_the_forward_pass_and_the_gradients(loss):
     """The forward timer runs the training-mode forward pass (it moves the batch-norm moving
-    mean); the gradient timer computes gradients but updates no weight."""
+    mean); the gradient timer computes gradients but updates no weight. A loss given by name
+    works too."""
     keras.utils.set_random_seed(0)
     model = models.build("binarynet_mlp", "binary", input_shape=(8, 8, 1), hidden_units=(16,))
-    model.compile(optimizer=optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(optimizer=optimizers.Adam(1e-3), loss=loss)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((4, 8, 8, 1), dtype=np.float32)
     y = rng.integers(0, 10, size=(4,))
@@ -77,7 +79,9 @@ def test_timers_run_the_forward_pass_and_the_gradients():
         np.testing.assert_array_equal(old, v.numpy())
 
 
-def test_a_non_finite_phase_voids_the_timing():
-    timer = step_phases._timer(lambda: tf.constant(float("nan")))
+@pytest.mark.parametrize("result", [lambda: tf.constant(float("nan")),
+                                    lambda: (tf.constant(float("inf")), [tf.zeros(3)])])
+def test_a_non_finite_phase_voids_the_timing(result):
+    timer = step_phases._timer(result)
     with pytest.raises(RuntimeError, match="non-finite"):
         timer(1)
