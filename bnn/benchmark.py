@@ -24,11 +24,9 @@ import argparse
 import datetime
 import functools
 import json
-import math
 import os
 import platform
 import statistics
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 import keras
@@ -87,13 +85,9 @@ def _time_block(model: keras.Model, x: np.ndarray, y: np.ndarray,
                 steps: int) -> tuple[float, float]:
     """Mean (wall, process CPU) seconds per train step over ``steps`` steps; each step waits for
     its loss."""
-    start, start_cpu = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        loss = model.train_on_batch(x, y)
-    elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
-    if not math.isfinite(float(np.asarray(loss).ravel()[0])):
-        raise RuntimeError(f"{model.name}: the training loss became {loss}; the timing is void")
-    return elapsed / steps, elapsed_cpu / steps
+    timer = step_phases.block_timer(lambda: model.train_on_batch(x, y),
+                                    f"{model.name}: the training loss")
+    return timer(steps)
 
 
 def paired_ratio(first: list[float], second: list[float]) -> float:

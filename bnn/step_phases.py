@@ -27,14 +27,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["PHASES", "phase_timers", "summarize", "to_markdown"]
+__all__ = ["PHASES", "block_timer", "phase_timers", "summarize", "to_markdown"]
 
 PHASES = ("forward", "gradient")
 
 
-def _timer(function: Callable[[], Any]) -> Callable[[int], tuple[float, float]]:
-    """Times calls of ``function``, which returns a scalar tensor, or a tuple whose first item
-    is one; fetching that scalar waits for the call."""
+def block_timer(function: Callable[[], Any], what: str) -> Callable[[int], tuple[float, float]]:
+    """A timer of blocks of calls: ``timer(steps)`` calls ``function`` ``steps`` times and returns
+    the mean (wall, process CPU) seconds per call. ``function`` returns a value, or a tuple whose
+    first item is the value, that depends on all of the call's work; fetching it waits for the
+    call. A non-finite last value voids the timing with a RuntimeError naming ``what``."""
     def time_block(steps: int) -> tuple[float, float]:
         start, start_cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
@@ -42,7 +44,7 @@ def _timer(function: Callable[[], Any]) -> Callable[[int], tuple[float, float]]:
             out = np.asarray(result[0] if isinstance(result, tuple) else result)
         elapsed, elapsed_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         if not np.all(np.isfinite(out)):
-            raise RuntimeError("a timed phase produced a non-finite value; the timing is void")
+            raise RuntimeError(f"{what} became non-finite ({out}); the timing is void")
         return elapsed / steps, elapsed_cpu / steps
 
     return time_block
@@ -72,7 +74,8 @@ def phase_timers(model: keras.Model, x: np.ndarray, y: np.ndarray, xla: bool,
             loss = loss_fn(labels, model(inputs, training=True))
         return loss, tape.gradient(loss, variables)
 
-    timers = {"forward": _timer(forward), "gradient": _timer(gradient)}
+    timers = {"forward": block_timer(forward, f"{model.name}: the forward pass's output sum"),
+              "gradient": block_timer(gradient, f"{model.name}: the loss")}
     for timer in timers.values():
         timer(warmup_steps)
     return timers

@@ -82,6 +82,6 @@ def test_timers_run_the_forward_pass_and_the_gradients(loss):
 @pytest.mark.parametrize("result", [lambda: tf.constant(float("nan")),
                                     lambda: (tf.constant(float("inf")), [tf.zeros(3)])])
 def test_a_non_finite_phase_voids_the_timing(result):
-    timer = step_phases._timer(result)
+    timer = step_phases.block_timer(result, "a phase")
     with pytest.raises(RuntimeError, match="non-finite"):
         timer(1)
