@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from bnn import cpu
-from bnn.xla import compiled, in_xla_context
+from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
@@ -164,7 +164,7 @@ def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     n = int(w.shape[0])
     w_halves = pack(w >= 0, axis=0, word_bits=32)  # XLA computes the shared halves once
     dots = xor_popcount_matmul(pack(x >= 0, axis=-1), pack(w >= 0, axis=0), n)
-    return tf.cast(dots, x.dtype), w_halves
+    return computed_once(tf.cast(dots, x.dtype)), w_halves
 
 
 @compiled
@@ -213,7 +213,7 @@ def _packed_conv2d(x, w, strides, pads, pad_value):
     w_words = tf.reshape(pack(w >= 0, axis=2), [-1, filters])
     x_words = pack(x >= 0, axis=-1)
     dots = xor_popcount_conv2d(x_words, w_words, (kh, kw), strides, kh * kw * c)
-    return tf.cast(dots, x.dtype), x_words
+    return computed_once(tf.cast(dots, x.dtype)), x_words
 
 
 def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32, axis: int = -1) -> tf.Tensor:

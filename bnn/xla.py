@@ -1,5 +1,6 @@
-"""XLA helpers: compiled functions that every binary layer calls with its own shapes, and the
-check by which layers pick the kernels that are fastest with or without XLA.
+"""XLA helpers: compiled functions that every binary layer calls with its own shapes, the
+check by which layers pick the kernels that are fastest with or without XLA, and a way to keep
+a cheap result in memory rather than recompute it in each of its consumers.
 
 ``tf.function`` warns ("N out of the last M calls ... triggered tf.function retracing") when one
 function is traced again and again. A helper that each binary layer calls with its own shapes is
@@ -20,7 +21,7 @@ try:  # TensorFlow's own test for XLA tracing; not public API, so its absence is
 except ImportError:  # pragma: no cover
     control_flow_util = None
 
-__all__ = ["compiled", "in_xla_context"]
+__all__ = ["compiled", "in_xla_context", "computed_once"]
 
 
 def compiled(fn: Callable) -> Callable:
@@ -41,3 +42,20 @@ def in_xla_context() -> bool:
     if control_flow_util is None:
         return False
     return control_flow_util.GraphOrParentsInXlaContext(tf_ops.get_default_graph())
+
+
+def computed_once(t: tf.Tensor) -> tf.Tensor:
+    """``t``, unchanged, which XLA computes once and keeps in memory. ``t`` must be floating
+    point and finite.
+
+    XLA's CPU compiler fuses cheap elementwise work into every consumer, so a value that is
+    cheap per element but reads many arrays is recomputed in each of them. A binary layer's
+    output is such a value: the sum of a dozen or more partial popcount sums, each its own
+    array, read again by the batch-norm statistics, the normalization and each part of their
+    gradient. Division is one of the operations XLA will not duplicate, so dividing by a 1
+    computed at run time (from ``t``'s first element: ``1 + 0 * t[0]``, which the compiler
+    cannot fold) makes the sum a loop of its own whose result the consumers read. An
+    optimization barrier does not do this: the CPU compiler removes barriers before it fuses.
+    """
+    first = tf.reshape(tf.slice(t, [0] * t.shape.rank, [1] * t.shape.rank), [])
+    return t / (1.0 + 0.0 * first)

@@ -1,6 +1,8 @@
 """bnn.bitops: packing in TensorFlow, and the exact xor-popcount products binary layers train
 with (forward equal to the float product, gradients equal to the float product's)."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 import bnn
 from bnn import bitops, cpu
 from bnn.packing import pack_bits
+from bnn.xla import computed_once
 
 
 def _pm1(rng, shape):
@@ -202,3 +205,47 @@ def test_layers_use_the_packed_product_only_for_plus_minus_one_operands(monkeypa
     assert not bnn.BinaryDense(4, precision="float")._packed_product()
     monkeypatch.setenv("BNN_PACKED_FORWARD", "0")
     assert not bnn.BinaryDense(4)._packed_product()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_computed_once_leaves_values_unchanged(dtype, jit):
+    rng = np.random.default_rng(3)
+    t = tf.cast(rng.integers(-300, 300, (5, 7, 3)), dtype)
+    got = tf.function(computed_once, jit_compile=jit)(t)
+    assert got.dtype == t.dtype
+    np.testing.assert_array_equal(got.numpy(), t.numpy())
+
+
+def _readers_of_popcount_fusions(hlo: str) -> list[int]:
+    """For each fusion of the entry computation that counts bits, how many entry instructions
+    read its result."""
+    computations = dict(re.findall(r"^(%\S+) [^\n]*\{\n(.*?)^\}", hlo, re.S | re.M))
+    entry = hlo[hlo.index("\nENTRY"):]
+    fusions = re.findall(r"^\s*(?:ROOT )?(%\S+) = [^\n]*calls=(%[\w.\-]+)", entry, re.M)
+    names = [name for name, called in fusions if "popcnt(" in computations.get(called, "")]
+    operands = re.findall(r"^\s*(?:ROOT )?%\S+ = [^\n]*?\((.*)$", entry, re.M)
+    return [sum(len(re.findall(re.escape(n) + r"[,)\s]", ops)) for ops in operands)
+            for n in names]
+
+
+def test_binary_conv_output_is_summed_once_for_batch_norm_and_its_gradient():
+    """Under XLA, each partial popcount sum of a binary convolution is read once, by the loop
+    that adds them up, however many consumers the convolution's output has (batch-norm
+    statistics, normalization, their gradients); without computed_once each would re-read them."""
+    def loss_and_gradients(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = bitops.binary_conv2d(x, w, (1, 1), "same")
+            mean, var = tf.nn.moments(y, [0, 1, 2])
+            loss = tf.reduce_sum(tf.nn.relu((y - mean) * tf.math.rsqrt(var + 1e-4)) ** 2)
+        return loss, tape.gradient(loss, [x, w])
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(np.sign(rng.standard_normal((4, 6, 6, 130))).astype(np.float32))
+    w = tf.constant(rng.standard_normal((3, 3, 130, 8)).astype(np.float32))
+    hlo = tf.function(loss_and_gradients, jit_compile=True).experimental_get_compiler_ir(
+        x, w)(stage="optimized_hlo")
+    readers = _readers_of_popcount_fusions(hlo)
+    assert len(readers) >= 9, readers  # one or more per tap of the 3x3 kernel
+    assert readers == [1] * len(readers), readers
