@@ -41,16 +41,19 @@ class BatchNormalization(keras.layers.BatchNormalization):
     ``(n - 1) / n``). Outputs and gradients equal Keras' to float32 rounding.
     """
 
-    def _fused_applies(self, inputs, training, mask) -> bool:
+    def _plain_training(self, inputs, training, mask) -> bool:
+        """A training step without a mask, ``renorm`` or ``synchronized``, on a tensor."""
         return (bool(training) and self.trainable and mask is None and not self.renorm
-                and not self.synchronized and isinstance(inputs, tf.Tensor)
+                and not self.synchronized and isinstance(inputs, tf.Tensor))
+
+    def _fused_applies(self, inputs, training, mask) -> bool:
+        return (self._plain_training(inputs, training, mask)
                 and inputs.shape.rank == 4 and self.axis in (-1, 3)
                 and inputs.dtype == tf.float32 and self.moving_mean.dtype == "float32"
                 and self.compute_dtype == "float32" and not in_xla_context())
 
     def _flat_applies(self, inputs, training, mask) -> bool:
-        return (bool(training) and self.trainable and mask is None and not self.renorm
-                and not self.synchronized and isinstance(inputs, tf.Tensor)
+        return (self._plain_training(inputs, training, mask)
                 and inputs.shape.rank is not None and inputs.shape.rank >= 3
                 and self.axis in (-1, inputs.shape.rank - 1)
                 and inputs.shape[-1] is not None and in_xla_context())
