@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 import bnn
 from bnn import bitops, cpu
 from bnn.packing import pack_bits
-from bnn.xla import computed_once
 
 
 def _pm1(rng, shape):
@@ -205,16 +204,6 @@ def test_layers_use_the_packed_product_only_for_plus_minus_one_operands(monkeypa
     assert not bnn.BinaryDense(4, precision="float")._packed_product()
     monkeypatch.setenv("BNN_PACKED_FORWARD", "0")
     assert not bnn.BinaryDense(4)._packed_product()
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("jit", [False, True])
-def test_computed_once_leaves_values_unchanged(dtype, jit):
-    rng = np.random.default_rng(3)
-    t = tf.cast(rng.integers(-300, 300, (5, 7, 3)), dtype)
-    got = tf.function(computed_once, jit_compile=jit)(t)
-    assert got.dtype == t.dtype
-    np.testing.assert_array_equal(got.numpy(), t.numpy())
 
 
 def _readers_of_popcount_fusions(hlo: str) -> list[int]:

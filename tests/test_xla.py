@@ -1,12 +1,14 @@
-"""bnn.xla.compiled: XLA helpers shared by every binary layer trace per shape without warnings."""
+"""bnn.xla: compiled helpers shared by every binary layer trace per shape without warnings;
+computed_once leaves values unchanged."""
 
 import logging
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from bnn import bitops, models, quantizers
-from bnn.xla import compiled
+from bnn.xla import compiled, computed_once
 
 
 class _Records(logging.Handler):
@@ -68,3 +70,13 @@ def test_eager_calls_of_binary_models_with_new_batch_sizes_do_not_warn():
         assert bitops._packed_matmul.experimental_get_tracing_count() - before >= 6
     assert quantizers._fused_sign.experimental_get_tracing_count() - sign_before >= 6
     assert not [m for m in warnings if "retracing" in m], warnings
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_computed_once_leaves_values_unchanged(dtype, jit):
+    rng = np.random.default_rng(3)
+    t = tf.cast(rng.integers(-300, 300, (5, 7, 3)), dtype)
+    got = tf.function(computed_once, jit_compile=jit)(t)
+    assert got.dtype == t.dtype
+    np.testing.assert_array_equal(got.numpy(), t.numpy())
