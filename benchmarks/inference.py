@@ -34,7 +34,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bnn import kernels, models  # noqa: E402
+from bnn import allocator, kernels, models  # noqa: E402
 from bnn.benchmark import paired_ratio  # noqa: E402
 from bnn.export import export_model, load_packed  # noqa: E402
 
@@ -190,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(ARCHITECTURES),
                         help=f"comma-separated, from {', '.join(ARCHITECTURES)} (default: all)")
     args = parser.parse_args(argv)
+    allocator.select_pooling_allocator()  # as `bnn evaluate` runs
     keys = [key.strip() for key in args.models.split(",") if key.strip()]
     unknown = [key for key in keys if key not in ARCHITECTURES]
     if unknown or not keys:

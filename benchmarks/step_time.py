@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from bnn import benchmark
+from bnn import allocator, benchmark
 
 LARQ_SCRIPT = Path(__file__).with_name("larq_step_time.py")
 LARQ_LABELS = ("larq_binary", "larq_float")
@@ -121,6 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--larq-python", metavar="PATH",
                         help="Python of an environment with larq and tf-keras: time Larq too")
     args = parser.parse_args(argv)
+    allocator.select_pooling_allocator()  # as `bnn bench` runs; the Larq process inherits it
     larq = LarqServer(args.larq_python) if args.larq_python else None
     try:
         results = benchmark.run_from_args(args, companions=larq)

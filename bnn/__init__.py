@@ -1,26 +1,64 @@
 """bnn: binarized neural networks on TensorFlow with Keras 3.
 
-Importing bnn registers every layer, quantizer, constraint, optimizer, loss and schedule with
-Keras, so ``keras.models.load_model`` reads bnn models without ``custom_objects``. It also
-selects TensorFlow's pooling CPU allocator (see :mod:`bnn.allocator`).
+``import bnn`` imports bnn's modules, which registers every layer, quantizer, constraint,
+optimizer, loss and schedule with Keras, so ``keras.models.load_model`` reads bnn models without
+``custom_objects``. Importing bnn changes no process-wide setting: TensorFlow's CPU allocator and
+log level are chosen by the ``bnn`` command and the benchmarks, or by you (see
+:mod:`bnn.allocator`).
+
+The ``bnn`` command defers these imports, and TensorFlow with them, until it has checked its
+command line and experiment file (see :mod:`bnn.cli`); there the names below load on first use,
+and :func:`import_all` loads them all.
 """
 
-from bnn import allocator
+from __future__ import annotations
 
-allocator.select_pooling_allocator()  # before TensorFlow's first CPU allocation; see bnn.allocator
-
-from bnn import (constraints, gradients, layers, losses, metrics, models, normalization,
-                 optimizers, pooling, quantizers, schedules)
-from bnn.constraints import WeightClip
-from bnn.gradients import GradientReversal, custom_gradient, reverse_gradient, straight_through
-from bnn.layers import BinaryConv2D, BinaryDense
-from bnn.quantizers import ste_sign
+import importlib
+import os
+import sys
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "allocator", "constraints", "gradients", "layers", "losses", "metrics", "models",
-    "normalization", "optimizers", "pooling", "quantizers", "schedules",
-    "WeightClip", "GradientReversal", "custom_gradient", "reverse_gradient", "straight_through",
-    "BinaryConv2D", "BinaryDense", "ste_sign", "__version__",
-]
+_MODULES = ("allocator", "constraints", "gradients", "layers", "losses", "metrics", "models",
+            "normalization", "optimizers", "pooling", "quantizers", "schedules")
+_NAMES = {"WeightClip": "constraints", "GradientReversal": "gradients",
+          "custom_gradient": "gradients", "reverse_gradient": "gradients",
+          "straight_through": "gradients", "BinaryConv2D": "layers", "BinaryDense": "layers",
+          "ste_sign": "quantizers"}
+
+__all__ = [*_MODULES, *_NAMES, "import_all", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f"bnn.{name}")
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f"bnn.{_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bnn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def import_all() -> None:
+    """Imports every public module of bnn (and TensorFlow), registering bnn's Keras objects."""
+    for module in _MODULES:
+        importlib.import_module(f"bnn.{module}")
+
+
+def _is_bnn_command() -> bool:
+    """Whether this process is the ``bnn`` command: its console script, ``python -m bnn`` or
+    ``python -m bnn.cli``."""
+    if sys.argv and os.path.basename(sys.argv[0]) in ("bnn", "bnn.exe", "bnn-script.py"):
+        return True
+    argv = getattr(sys, "orig_argv", [])
+    return any(flag == "-m" and module in ("bnn", "bnn.cli")
+               for flag, module in zip(argv, argv[1:]))
+
+
+if not _is_bnn_command():
+    import_all()

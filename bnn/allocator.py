@@ -1,4 +1,4 @@
-"""TensorFlow's CPU memory allocator: bnn selects the pooling one.
+"""TensorFlow's CPU memory allocator: bnn's runs select the pooling one.
 
 TensorFlow's default CPU allocator passes every request to the C library, which on Linux maps
 fresh pages for each block above 32 MiB and unmaps them when the block is freed. An XLA-compiled
@@ -8,12 +8,19 @@ that page-faults through all of it on every step: the BinaryNet MLP's binary ste
 per step, one per 4 KiB page of the block. TensorFlow's BFC allocator keeps freed blocks for
 reuse instead.
 
-Importing bnn selects it by setting ``TF_CPU_ALLOCATOR_USE_BFC=true`` unless that variable is
-already set (``TF_CPU_ALLOCATOR_USE_BFC=false`` keeps TensorFlow's default). TensorFlow reads the
-variable once, when it first allocates CPU memory: importing TensorFlow first is fine, but a
-process that ran TensorFlow operations before importing bnn keeps the allocator it started with.
-Subprocesses inherit the setting, so a benchmark's reference process runs with the same
-allocator as bnn's.
+:func:`select_pooling_allocator` selects it by setting ``TF_CPU_ALLOCATOR_USE_BFC=true`` unless
+that variable is already set (``TF_CPU_ALLOCATOR_USE_BFC=false`` keeps TensorFlow's default).
+Every ``bnn`` command that runs TensorFlow calls it, and so do the scripts in ``benchmarks/``;
+importing bnn does not (a library import changes no process-wide setting). In your own training
+script, call it before TensorFlow's first operation::
+
+    import bnn
+    bnn.allocator.select_pooling_allocator()
+
+TensorFlow reads the variable once, when it first allocates CPU memory: importing TensorFlow
+first is fine, but a process that has already run TensorFlow operations keeps the allocator it
+started with. Subprocesses inherit the setting, so a benchmark's reference process runs with the
+same allocator as bnn's.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bnn import allocator
+from bnn import allocator, benchmark_flags
 from bnn import cpu as cpu_lib
 from bnn import models as models_lib
 from bnn import optimizers
@@ -266,49 +266,16 @@ def to_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _xla_settings(value: str) -> tuple[bool, ...]:
-    settings = {"on": (True,), "off": (False,), "both": (True, False)}
-    if value not in settings:
-        raise argparse.ArgumentTypeError(f"--xla must be on, off or both, got {value!r}")
-    return settings[value]
-
-
 def build_parser(prog: str = "bnn bench") -> argparse.ArgumentParser:
-    """The command-line flags of :func:`main`."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Time the train step of binary models against their float twins.")
-    parser.add_argument("--models", default="binarynet_mlp,vgg_small",
-                        help="comma-separated architectures (default: binarynet_mlp,vgg_small)")
-    parser.add_argument("--xla", type=_xla_settings, default=(True, False), metavar="on|off|both",
-                        help="jit_compile setting(s) to time (default: both)")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny models and few steps: checks the harness in seconds")
-    parser.add_argument("--blocks", type=int, default=9, help="timed blocks per twin (default 9)")
-    parser.add_argument("--steps", type=int, default=10, help="train steps per block (default 10)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="one batch size for every model (default: MLP 100, VGG-small 50)")
-    parser.add_argument("--phases", action="store_true",
-                        help="also time the forward pass and forward plus backward pass alone")
-    parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
-    parser.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
-    return parser
-
-
-def parse_models(value: str) -> tuple[str, ...]:
-    """``"a,b"`` -> ``("a", "b")``, each checked against :func:`bnn.models.names`."""
-    names = tuple(m.strip() for m in value.split(",") if m.strip())
-    known = models_lib.names()
-    unknown = [m for m in names if m not in known]
-    if not names or unknown:
-        raise ValueError(f"--models: unknown or empty {', '.join(unknown) or value!r}; "
-                         f"choose from {', '.join(known)}")
-    return names
+    """The command-line flags of :func:`main` (see :mod:`bnn.benchmark_flags`)."""
+    return benchmark_flags.add_arguments(argparse.ArgumentParser(
+        prog=prog, description="Time the train step of binary models against their float twins."))
 
 
 def run_from_args(args: argparse.Namespace,
                   companions: Companions | None = None) -> dict[str, Any]:
     """Runs :func:`run` with the parsed flags of :func:`build_parser`."""
-    names = parse_models(args.models)
+    names = benchmark_flags.parse_models(args.models)
     sizes = {name: args.batch_size for name in names} if args.batch_size else None
     return run(names, args.xla, sizes, quick=args.quick, blocks=args.blocks,
                steps_per_block=args.steps, companions=companions, phases=args.phases)
@@ -331,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``bnn bench``: parse flags, time, print the table, write ``--json``/``--markdown``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    allocator.select_pooling_allocator()
     try:
         results = run_from_args(args)
     except ValueError as error:

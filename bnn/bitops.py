@@ -17,13 +17,12 @@ AVX-512 CPU.
 
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from bnn import cpu
+from bnn import cpu, settings
 from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
@@ -148,14 +147,9 @@ def packed_training_enabled() -> bool:
     """Whether binary layers compute their ±1 forward products by xor-popcount: on by default
     where TensorFlow sees no GPU (whose float products are faster), off with
     ``BNN_PACKED_FORWARD=0``, forced on with ``BNN_PACKED_FORWARD=1``."""
-    setting = os.environ.get("BNN_PACKED_FORWARD", "auto").strip().lower()
-    if setting in ("0", "false", "off", "no"):
-        return False
-    if setting in ("1", "true", "on", "yes"):
-        return True
+    setting = settings.packed_forward()
     if setting != "auto":
-        raise ValueError(f"BNN_PACKED_FORWARD must be 0, 1 or auto, got {setting!r}; unset it "
-                         "for the default")
+        return setting == "on"
     return not tf.config.list_physical_devices("GPU")
 
 
@@ -261,12 +255,9 @@ def xla_conv_gradients() -> bool:
     not compiled: on by default on a CPU without AVX-512 and with no GPU in sight (there, XLA's
     backward convolutions took 0.4-0.8x the time of TensorFlow's on VGG-small's layers), off
     with ``BNN_CONV_GRADIENTS=tensorflow``, forced on with ``BNN_CONV_GRADIENTS=xla``."""
-    setting = os.environ.get("BNN_CONV_GRADIENTS", "auto").strip().lower()
-    if setting in ("xla", "tensorflow"):
-        return setting == "xla"
+    setting = settings.conv_gradients()
     if setting != "auto":
-        raise ValueError(f"BNN_CONV_GRADIENTS must be 'auto', 'xla' or 'tensorflow', got "
-                         f"{setting!r}; unset it for the default")
+        return setting == "xla"
     return not tf.config.list_physical_devices("GPU") and "avx512f" not in cpu.flags()
 
 

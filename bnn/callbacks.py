@@ -1,5 +1,5 @@
 """Keras callbacks the trainer uses: step timing, learning-rate and test-set logging, stopping
-on a non-finite loss or a signal."""
+on a non-finite loss or a signal, a progress line for the first step."""
 
 from __future__ import annotations
 
@@ -10,7 +10,32 @@ import time
 import keras
 import numpy as np
 
-__all__ = ["StepTimer", "LearningRateLogger", "TestEvaluation", "NonFiniteStop", "SignalStop"]
+from bnn import progress
+
+__all__ = ["StepTimer", "LearningRateLogger", "TestEvaluation", "NonFiniteStop", "SignalStop",
+           "FirstStepProgress"]
+
+
+class FirstStepProgress(keras.callbacks.Callback):
+    """A :mod:`bnn.progress` line for a ``fit``'s first train step, where TensorFlow traces the
+    step and, with ``jit_compile``, XLA compiles it: seconds in which nothing else moves."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.phase = progress.Phase(what)
+        self.done = False
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self.done:
+            self.phase.start()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.done:
+            self.done = True
+            self.phase.stop()
+
+    def on_train_end(self, logs=None):
+        self.phase.stop(report=False)  # a fit stopped inside its first step
 
 
 class StepTimer(keras.callbacks.Callback):

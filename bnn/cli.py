@@ -1,5 +1,4 @@
-"""``bnn``: the command line. Thin: parse arguments, call the library, turn user mistakes into
-one-line errors with exit code 2.
+"""``bnn``: the command line. Thin: parse arguments, check the user's input, call the library.
 
     bnn train CONFIG.yaml [--precision binary|float] [--set KEY=VALUE ...] [--output-dir DIR]
     bnn compare CONFIG.yaml [--set KEY=VALUE ...] [--output-dir DIR] [--resume] [--overwrite]
@@ -7,22 +6,44 @@ one-line errors with exit code 2.
     bnn bench [--quick] [--json PATH] ...
     bnn export SOURCE -o MODEL.bnn
     bnn evaluate MODEL --dataset NAME [--json PATH]
-    bnn predict MODEL INPUT.npy [--dataset NAME] [-o OUT.npy]
+    bnn predict MODEL INPUT.npy --dataset NAME [-o OUT.npy]
+
+Each command checks its arguments, the experiment file, the paths it reads and the run directory
+it writes before it imports TensorFlow, so a mistake is reported within a fraction of a second,
+as one line on standard error, ``bnn: error: <what is wrong>; <what to do>``, with exit code 2 and
+nothing written. TensorFlow's start-up log lines are silenced unless ``--verbose`` is given or
+``BNN_TF_LOG=1`` is set. Runs use TensorFlow's pooling CPU allocator (see :mod:`bnn.allocator`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from bnn import allocator, benchmark_flags, progress
+from bnn.config import DATASETS
+from bnn.errors import Interrupted, UserError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with mistakes reported as one :class:`UserError` line, without the usage block."""
+
+    def error(self, message: str):
+        where = "" if self.prog == "bnn" else f"{self.prog}: "
+        raise UserError(f"{where}{message} (see '{self.prog} --help')")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbose", action="store_true",
+                   help="show TensorFlow's own log lines (also: BNN_TF_LOG=1)")
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,12 +54,15 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", help="dataset folder (default: $BNN_DATA_DIR, then the Keras cache)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace a finished or unfinished run")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or progress lines")
+    p.add_argument("--html", action="store_true",
+                   help="also write a self-contained report.html beside report.md")
+    _add_common(p)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bnn", description="Binarized neural networks on Keras 3.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="bnn", description="Binarized neural networks on Keras 3.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train = sub.add_parser("train", help="train one model of an experiment")
     _add_run_arguments(train)
     train.add_argument("--precision", choices=("binary", "float"),
@@ -49,8 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("config")
     summary.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     summary.add_argument("--precision", choices=("binary", "float"), default="binary")
-    sub.add_parser("bench", help="binary vs float train-step benchmark (see bnn bench --help)",
-                   add_help=False)
+    _add_common(summary)
+    bench = sub.add_parser("bench", help="binary vs float train-step benchmark",
+                           description="Time the train step of binary models against their "
+                                       "float twins.")
+    benchmark_flags.add_arguments(bench)
+    _add_common(bench)
     export = sub.add_parser("export", help="export a trained model to a bit-packed .bnn file")
     export.add_argument("source", help="a run directory or a .keras file")
     export.add_argument("-o", "--output", required=True, help="the .bnn file to write")
@@ -58,69 +86,151 @@ def _parser() -> argparse.ArgumentParser:
                         help="uint8: inputs are MNIST-style pixels u/127.5-1 and the first dense "
                              "layer runs on exact integers; auto: uint8 for a run directory of a "
                              "BinaryNet MLP on (Fashion-)MNIST, else float")
+    _add_common(export)
     evaluate = sub.add_parser("evaluate", help="test accuracy and speed of a .bnn or .keras model")
     evaluate.add_argument("model")
-    evaluate.add_argument("--dataset", required=True)
+    evaluate.add_argument("--dataset", required=True, choices=DATASETS)
     evaluate.add_argument("--data-dir")
     evaluate.add_argument("--batch-size", type=int, default=500)
     evaluate.add_argument("--json", help="also write the figures to this JSON file")
+    _add_common(evaluate)
     predict = sub.add_parser("predict", help="predicted classes for inputs in a .npy file")
     predict.add_argument("model")
     predict.add_argument("inputs", help=".npy array of raw images (uint8, N×H×W[×C])")
-    predict.add_argument("--dataset", required=True, help="dataset whose normalization to apply")
+    predict.add_argument("--dataset", required=True, choices=DATASETS,
+                         help="dataset whose normalization to apply")
     predict.add_argument("-o", "--output", help="write logits to this .npy file")
+    _add_common(predict)
     return parser
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    from bnn.config import ConfigError
-    from bnn.data import DataError
-    from bnn.export import ExportError
-    from bnn.rundir import RunDirError
-    from bnn.runtime import TrainingError
+# -- checks made before TensorFlow is imported ----------------------------------------------------
 
-    return ConfigError, DataError, ExportError, RunDirError, TrainingError
+def _existing(path: str, what: str, fix: str) -> Path:
+    """``path`` as a Path, or a UserError when nothing is there."""
+    found = Path(path)
+    if not found.exists():
+        raise UserError(f"{path}: no such {what}; {fix}")
+    return found
 
+
+def _data_dir(value: str | None) -> str | None:
+    """``--data-dir`` as an absolute path (so that it means the same in every worker process),
+    checked to be a folder."""
+    if value is None:
+        return None
+    path = Path(os.path.abspath(os.path.expanduser(value)))
+    if not path.is_dir():
+        raise UserError(f"--data-dir {value}: no such folder; give the folder that holds the "
+                        "dataset files, or leave it out to use $BNN_DATA_DIR and the Keras cache")
+    return str(path)
+
+
+def _model_file(path: str) -> Path:
+    model = _existing(path, "model file", "give a .bnn file from 'bnn export' or a .keras model")
+    if model.suffix not in (".bnn", ".keras"):
+        raise UserError(f"{path}: not a .bnn or .keras file; give a model written by "
+                        "'bnn export' (.bnn) or by Keras (.keras)")
+    return model
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Standard error (file descriptor 2, so C++ code's writes too) sent to the null device."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _start_tensorflow(args: argparse.Namespace) -> None:
+    """Run set-up, once the user's input is checked: TensorFlow's pooling CPU allocator, bnn's
+    Keras objects registered, and TensorFlow imported without its start-up log lines (unless
+    ``--verbose`` or ``BNN_TF_LOG=1``). Those lines come from its native libraries while they
+    load and while the accelerator platforms are first probed, before any log-level setting
+    made inside the process applies, so those two steps run with standard error silenced; after
+    them ``TF_CPP_MIN_LOG_LEVEL=2`` keeps TensorFlow's informational lines and warnings out."""
+    allocator.select_pooling_allocator()
+    verbose = args.verbose or os.environ.get("BNN_TF_LOG", "").strip().lower() in (
+        "1", "true", "yes", "on")
+    if verbose or "tensorflow" in sys.modules:
+        import bnn
+
+        bnn.import_all()
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with _stderr_silenced():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
+    tf.get_logger().setLevel("ERROR")
+    import bnn
+
+    bnn.import_all()
+
+
+# -- commands ----------------------------------------------------------------------------------
 
 def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
-    from bnn import report as report_lib
-    from bnn import training
-    from bnn.config import load_config
-    from bnn.rundir import RunLock
-    from bnn.runtime import check_environment, worker_run_dir
+    from bnn import settings
+    from bnn.config import dump_config, load_config
+    from bnn.rundir import RunLock, prepare_run_dir
 
     config = load_config(args.config, args.overrides)
-    check_environment()
+    settings.check()
+    data_dir = _data_dir(args.data_dir)
     precisions = precisions or [config.model.precision]
     shared_dir = Path(args.output_dir or config.output_dir)
-    with worker_run_dir(config, shared_dir) as run_dir, RunLock(run_dir):
-        training.prepare_run_dir(run_dir, args.resume, args.overwrite)
-        training.write_config_copy(config, run_dir)
+    progress.set_enabled(not args.quiet)
+    if config.training.distribute == "multi_worker":
+        _start_tensorflow(args)  # the workers meet before any of them writes
+        from bnn.runtime import worker_run_dir
+
+        place = worker_run_dir(config, shared_dir)
+    else:
+        place = contextlib.nullcontext(shared_dir)
+    with place as run_dir, RunLock(run_dir):
+        prepare_run_dir(run_dir, args.resume, args.overwrite)
+        dump_config(config, run_dir / "config.yaml")
+        _start_tensorflow(args)
+        from bnn import report as report_lib
+        from bnn import training
+
         verbose = 0 if args.quiet else (1 if sys.stdout.isatty() else 2)
         twins = {}
         for precision in precisions:
-            result = training.train_twin(config, precision, run_dir, args.data_dir,
-                                         resume=args.resume, verbose=verbose)
-            twins[precision] = result.summary()
+            twins[precision] = training.train_twin(config, precision, run_dir, data_dir,
+                                                   resume=args.resume, verbose=verbose)
         meta = {"name": config.name, "config": str(args.config), "model": config.model.name,
                 "dataset": config.dataset.name, "batch_size": config.training.batch_size,
                 "xla": config.training.xla}
-        report = report_lib.build_report(twins, meta)
-        report_lib.write_report(run_dir, report)
+        report = report_lib.build_report({p: t.summary() for p, t in twins.items()}, meta,
+                                         {p: t.history for p, t in twins.items()})
+        written = report_lib.write_report(run_dir, report, html_page=args.html)
     print(report_lib.to_markdown(report))
     if run_dir != shared_dir:
         print(f"bnn: worker done; the chief worker writes {shared_dir}")
         return 0
-    print(f"bnn: wrote {run_dir / 'report.json'}; curves: tensorboard --logdir {run_dir}")
+    print(f"bnn: wrote {', '.join(str(p) for p in written)}; "
+          f"curves over time: tensorboard --logdir {run_dir}")
     return 0
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from bnn import models, summary
     from bnn.config import load_config
-    from bnn.data import load_arrays
 
     config = load_config(args.config, args.overrides)
+    _start_tensorflow(args)
+    from bnn import models, summary
+    from bnn.data import load_arrays
+
     shapes = {"mnist": ((28, 28, 1), 10), "fashion_mnist": ((28, 28, 1), 10),
               "cifar10": ((32, 32, 3), 10)}
     input_shape, classes = shapes.get(config.dataset.name) or (
@@ -129,6 +239,19 @@ def _summary(args: argparse.Namespace) -> int:
                          **{"input_shape": input_shape, "num_classes": classes,
                             **config.model.options})
     print(summary.format_table(summary.summarize(model)))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    try:
+        benchmark_flags.check(args)
+    except ValueError as error:
+        raise UserError(f"bnn bench: {error}") from None
+    _start_tensorflow(args)
+    from bnn import benchmark
+
+    results = benchmark.run_from_args(args)
+    print(benchmark.write_outputs(results, args.json, args.markdown), end="")
     return 0
 
 
@@ -151,10 +274,25 @@ def _pixel_encoding(args: argparse.Namespace) -> tuple[float, float] | None:
     return None
 
 
+def _export(args: argparse.Namespace) -> int:
+    _existing(args.source, "run directory or .keras file",
+              "give a run directory written by 'bnn train' or a .keras model file")
+    encoding = _pixel_encoding(args)
+    _start_tensorflow(args)
+    from bnn import export
+
+    info = export.export_model(args.source, args.output, input_encoding=encoding)
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
 def _evaluate(args: argparse.Namespace) -> int:
+    _model_file(args.model)
+    data_dir = _data_dir(args.data_dir)
+    _start_tensorflow(args)
     from bnn import data, export
 
-    arrays = data.load_arrays(args.dataset, args.data_dir)
+    arrays = data.load_arrays(args.dataset, data_dir)
     x = data.normalize(args.dataset, arrays.x_test)
     figures = export.evaluate(args.model, x, arrays.y_test, batch_size=args.batch_size)
     figures = {"model": str(args.model), "dataset": args.dataset, **figures}
@@ -167,6 +305,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
+    _model_file(args.model)
+    _existing(args.inputs, "input file", "give a .npy array of images")
+    _start_tensorflow(args)
     import keras
     import numpy as np
 
@@ -189,41 +330,28 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+_COMMANDS: dict[str, Any] = {
+    "train": lambda args: _run(args, [args.precision] if args.precision else None),
+    "compare": lambda args: _run(args, ["binary", "float"]),
+    "summary": _summary,
+    "bench": _bench,
+    "export": _export,
+    "evaluate": _evaluate,
+    "predict": _predict,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        from bnn import benchmark
-
-        return benchmark.main(argv[1:]) or 0
-    args = _parser().parse_args(argv)
-    errors = _user_errors()
-    from bnn.training import Interrupted
-
     try:
-        if args.command == "train":
-            return _run(args, [args.precision] if args.precision else None)
-        if args.command == "compare":
-            return _run(args, ["binary", "float"])
-        if args.command == "summary":
-            return _summary(args)
-        if args.command == "export":
-            from bnn import export
-
-            info = export.export_model(args.source, args.output,
-                                       input_encoding=_pixel_encoding(args))
-            print(json.dumps(info, indent=2, default=str))
-            return 0
-        if args.command == "evaluate":
-            return _evaluate(args)
-        if args.command == "predict":
-            return _predict(args)
-    except errors as error:
+        args = _parser().parse_args(argv)
+        return _COMMANDS[args.command](args)
+    except UserError as error:
         print(f"bnn: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (KeyboardInterrupt, Interrupted) as error:
         print(f"bnn: {error or 'interrupted'}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    return EXIT_USAGE
 
 
 if __name__ == "__main__":

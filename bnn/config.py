@@ -31,8 +31,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from bnn import models, quantizers
-from bnn.layers import PRECISIONS
+from bnn import catalog
+from bnn.errors import UserError
+from bnn.catalog import PRECISIONS
 
 __all__ = [
     "ConfigError",
@@ -71,7 +72,7 @@ _DEFAULT_NAME = "experiment"
 _DATASET_OPTIONS = ("input_shape", "num_classes")  # model options the trainer sets from the data
 
 
-class ConfigError(Exception):
+class ConfigError(UserError):
     """A mistake in an experiment file or override, as one line:
     ``<source>: <key>: <problem>; <hint>`` (``<key>`` is left out for whole-file problems)."""
 
@@ -202,10 +203,10 @@ def _model_options(value: Any, source: str, key: str) -> dict:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """An architecture from :func:`bnn.models.names`, the precision that `bnn train` uses
+    """An architecture from :func:`bnn.catalog.model_names`, the precision that `bnn train` uses
     (`bnn compare` trains both), and keyword options of its builder."""
 
-    name: str = _f("binarynet_mlp", _one_of(models.names(), "model"))
+    name: str = _f("binarynet_mlp", _one_of(catalog.model_names(), "model"))
     precision: str = _f("binary", _one_of(PRECISIONS, "precision"))
     options: dict = _f({}, _model_options)
 
@@ -318,22 +319,37 @@ def _parse_section(cls: type, data: Any, source: str, section: str) -> Any:
 
 def _builder_defaults(model: str) -> dict[str, Any]:
     """Defaults of the keyword options of architecture ``model``."""
-    return models.option_defaults(model)
+    return catalog.MODEL_OPTIONS[model]
 
 
 def _check_quantizer(value: Any, source: str, key: str) -> None:
+    """A quantizer is null, a name, or ``{name: NAME, ARG: VALUE, ...}`` with the arguments of
+    that quantizer's class (:data:`bnn.catalog.QUANTIZER_ARGUMENTS`)."""
     if value is None:
         return
     name = value.get("name") if isinstance(value, dict) else value
-    if not isinstance(name, str) or name not in quantizers.names():
+    known = catalog.quantizer_names()
+    if not isinstance(name, str) or name not in known:
         raise ConfigError(source, key, f"unknown quantizer {_show(value)}",
-                          _suggest(name, quantizers.names(), "use null, a name or "
+                          _suggest(name, known, "use null, a name or "
                                    "{name: NAME, ARG: VALUE} with NAME one of"))
-    try:
-        quantizers.get(value)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(source, key, str(error),
-                          f"use the keyword arguments of bnn.quantizers.{name}") from None
+    if not isinstance(value, dict):
+        return
+    arguments = catalog.QUANTIZER_ARGUMENTS[name]
+    for argument, given in value.items():
+        if argument == "name":
+            continue
+        where = f"{key}.{argument}"
+        if argument not in arguments:
+            raise ConfigError(source, where, f"unknown argument {argument!r} of quantizer "
+                              f"{name!r}", _suggest(argument, sorted(arguments),
+                                                    "its arguments") if arguments
+                              else f"{name!r} takes no arguments")
+        minimum = catalog.QUANTIZER_MINIMUMS.get((name, argument))
+        if minimum is not None:
+            _as_int(minimum)(given, source, where)
+        else:
+            _check_option_type(given, arguments[argument], source, where)
 
 
 def _check_option_type(value: Any, default: Any, source: str, key: str) -> Any:

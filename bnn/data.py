@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from bnn.errors import DataError
+
 __all__ = [
     "DataError", "DATASETS", "Arrays", "Datasets", "load_arrays", "normalize", "make_datasets",
     "CIFAR10_MEAN", "CIFAR10_STD", "DEFAULT_URL_BASES", "search_dirs",
@@ -76,10 +78,6 @@ _CIFAR_TEST_BATCH = "test_batch"
 _FIX_FILE = ("the file is damaged: delete it and download it again, "
              "or set BNN_DATA_DIR to a folder with a good copy")
 _FIX_MISSING = "set BNN_DATA_DIR or pass --data-dir to a folder that holds it"
-
-
-class DataError(Exception):
-    """A dataset file or a data argument is wrong; the message says where, what and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -126,9 +124,10 @@ def _keras_cache_dir() -> Path:
 
 
 def search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Folders searched for dataset files, in order: ``data_dir`` (else ``BNN_DATA_DIR``), Keras cache."""
+    """Folders searched for dataset files, in order: ``data_dir`` (else ``BNN_DATA_DIR``), Keras
+    cache; each an absolute path, a relative one taken from the working folder of this call."""
     first = data_dir if data_dir is not None else os.environ.get("BNN_DATA_DIR") or None
-    dirs = [Path(os.path.expanduser(os.fspath(first)))] if first is not None else []
+    dirs = [Path(os.path.abspath(os.path.expanduser(first)))] if first is not None else []
     cache = _keras_cache_dir()
     if cache not in dirs:
         dirs.append(cache)

@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from bnn import quantizers
+from bnn.errors import ExportError
 from bnn.layers import BinaryConv2D, BinaryDense
 from bnn.rundir import atomic_write
 from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
@@ -44,10 +45,6 @@ _DTYPES = ("int64", "int32", "float32")
 _SUPPORTED = ("BinaryDense, BinaryConv2D (precision='binary', kernel_quantizer='ste_sign', "
               "input_quantizer='ste_sign', or None on the first layer), MaxPooling2D, "
               "BatchNormalization, Flatten, Dropout")
-
-
-class ExportError(Exception):
-    """A model that cannot be exported, or a packed file that cannot be loaded."""
 
 
 def _fail(where: Any, problem: str, fix: str) -> ExportError:

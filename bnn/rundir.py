@@ -17,15 +17,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunDirError", "atomic_write", "write_json", "Checkpoints", "RunLock"]
+from bnn.errors import RunDirError
 
-
-class RunDirError(Exception):
-    """A problem with the run directory (locked, finished, damaged checkpoint)."""
+__all__ = ["RunDirError", "atomic_write", "write_json", "Checkpoints", "RunLock",
+           "prepare_run_dir"]
 
 
 def atomic_write(path: Path, data: bytes | str) -> None:
@@ -194,3 +194,23 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuses to clobber work: a finished run needs ``--overwrite``, an unfinished one
+    ``--resume`` or ``--overwrite``. ``--overwrite`` empties the directory."""
+    run_dir = Path(run_dir)
+    if overwrite and run_dir.exists():
+        for child in run_dir.iterdir():
+            if child.name == ".lock":
+                continue
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        return
+    if resume:
+        return
+    if (run_dir / "report.json").exists():
+        raise RunDirError(f"{run_dir} already holds a finished run; pass --overwrite to replace "
+                          "it or --output-dir to write elsewhere")
+    if any(Checkpoints(run_dir / p / "checkpoints").epochs() for p in ("binary", "float")):
+        raise RunDirError(f"{run_dir} holds an unfinished run; pass --resume to continue it or "
+                          "--overwrite to start over")

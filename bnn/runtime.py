@@ -14,31 +14,19 @@ from typing import Iterator
 import keras
 import tensorflow as tf
 
-from bnn import bitops
+from bnn import allocator, settings
 from bnn.config import Config
+from bnn.errors import TrainingError
 
-__all__ = ["TrainingError", "check_environment", "configure_runtime", "make_strategy", "is_chief", "worker_run_dir"]
-
-
-class TrainingError(Exception):
-    """Training could not go on (non-finite loss, missing device, damaged checkpoint)."""
-
-
-
-def check_environment() -> None:
-    """Raises TrainingError, naming the variable, for a kernel setting in the environment that
-    bnn cannot read (``BNN_PACKED_FORWARD``, ``BNN_CONV_GRADIENTS``; see :mod:`bnn.bitops`)."""
-    try:
-        bitops.packed_training_enabled()
-        bitops.xla_conv_gradients()
-    except ValueError as error:
-        raise TrainingError(str(error)) from None
+__all__ = ["TrainingError", "configure_runtime", "make_strategy", "is_chief", "worker_run_dir"]
 
 
 def configure_runtime(config: Config) -> None:
     """Device, precision policy, determinism and seeds, before any model is built, after
-    :func:`check_environment`."""
-    check_environment()
+    checking the ``BNN_*`` kernel settings (:func:`bnn.settings.check`); selects TensorFlow's
+    pooling CPU allocator where TensorFlow has not allocated yet (:mod:`bnn.allocator`)."""
+    settings.check()
+    allocator.select_pooling_allocator()
     t = config.training
     gpus = tf.config.list_physical_devices("GPU")
     if t.device == "gpu" and not gpus:

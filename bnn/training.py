@@ -11,7 +11,6 @@ optimizer state.
 from __future__ import annotations
 
 import math
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +22,14 @@ import tensorflow as tf
 
 from bnn import callbacks as cb
 from bnn import data as data_lib
-from bnn import losses, models, optimizers
+from bnn import losses, models, optimizers, progress
 from bnn.config import Config, hparams
-from bnn.rundir import Checkpoints, RunDirError
-from bnn.runtime import TrainingError, configure_runtime, is_chief, make_strategy
+from bnn.errors import Interrupted, RunDirError, TrainingError
+from bnn.rundir import Checkpoints
+from bnn.runtime import configure_runtime, is_chief, make_strategy
 from bnn.schedules import EpochSchedule, decay_rate_for
 
-__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "prepare_run_dir",
-           "build_model", "write_config_copy"]
-
-
-class Interrupted(Exception):
-    """Training stopped on SIGINT or SIGTERM after saving; ``--resume`` continues it."""
+__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "build_model"]
 
 
 @dataclass
@@ -89,26 +84,6 @@ def build_model(config: Config, precision: str, info: data_lib.Datasets) -> kera
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
                   jit_compile=config.training.xla)
     return model
-
-
-def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuses to clobber work: a finished run needs ``--overwrite``, an unfinished one
-    ``--resume`` or ``--overwrite``. ``--overwrite`` empties the directory."""
-    run_dir = Path(run_dir)
-    if overwrite and run_dir.exists():
-        for child in run_dir.iterdir():
-            if child.name == ".lock":
-                continue
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-        return
-    if resume:
-        return
-    if (run_dir / "report.json").exists():
-        raise RunDirError(f"{run_dir} already holds a finished run; pass --overwrite to replace "
-                          "it or --output-dir to write elsewhere")
-    if any(Checkpoints(run_dir / p / "checkpoints").epochs() for p in ("binary", "float")):
-        raise RunDirError(f"{run_dir} holds an unfinished run; pass --resume to continue it or "
-                          "--overwrite to start over")
 
 
 def _load_checkpoint(path: Path) -> keras.Model:
@@ -166,11 +141,12 @@ class _Twin:
         """Pipelines for epochs ``[initial_epoch, epochs)``; when nothing is left to train
         (a finished twin), those of the last epoch, for the test set."""
         d, t = self.config.dataset, self.config.training
-        return data_lib.make_datasets(
-            d.name, t.batch_size, t.seed, epochs=epochs,
-            initial_epoch=min(initial_epoch, epochs - 1),
-            validation_split=d.validation_split, augment=d.augment, limit_train=d.limit_train,
-            limit_test=d.limit_test, data_dir=self.data_dir)
+        with progress.phase(f"loading {d.name}"):
+            return data_lib.make_datasets(
+                d.name, t.batch_size, t.seed, epochs=epochs,
+                initial_epoch=min(initial_epoch, epochs - 1),
+                validation_split=d.validation_split, augment=d.augment,
+                limit_train=d.limit_train, limit_test=d.limit_test, data_dir=self.data_dir)
 
     def state(self) -> dict:
         return {"history": self.history, "step_medians": self.step_medians + self.timer.epoch_medians,
@@ -188,7 +164,9 @@ class _Twin:
     def _callbacks(self, test_ds) -> list:
         from bnn.metrics import FlipRatio
 
-        cbs = [self.timer, cb.LearningRateLogger(), cb.TestEvaluation(test_ds), self.nonfinite]
+        compile_ = "tracing and XLA compilation" if self.config.training.xla else "tracing"
+        cbs = [cb.FirstStepProgress(f"{self.precision}: first train step ({compile_})"),
+               self.timer, cb.LearningRateLogger(), cb.TestEvaluation(test_ds), self.nonfinite]
         if self.precision == "binary":
             cbs.append(FlipRatio(every="epoch"))
         cbs.append(_EpochCheckpoint(self))
@@ -302,11 +280,3 @@ def train_twin(config: Config, precision: str, run_dir: Path, data_dir=None,
                             "(only the chief holds checkpoints); start over with --overwrite")
     configure_runtime(config)
     return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose).run()
-
-
-def write_config_copy(config: Config, run_dir: Path) -> None:
-    from bnn.config import dump_config
-
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    dump_config(config, Path(run_dir) / "config.yaml")
-

@@ -11,7 +11,9 @@ import yaml
 from bnn.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
+# absolute, so that it means the same in subprocesses started in other folders
+DATA_DIR = Path(os.path.abspath(os.environ.get("BNN_DATA_DIR",
+                                               ROOT.parent / "shared" / "datasets")))
 needs_mnist = pytest.mark.skipif(not (DATA_DIR / "mnist.npz").exists(),
                                  reason=f"needs mnist.npz in {DATA_DIR} (set BNN_DATA_DIR)")
 

@@ -1,5 +1,6 @@
-"""bnn selects TensorFlow's pooling CPU allocator on import, keeps a setting the user made, and
-with it an XLA step's large scratch block stops page-faulting on every call."""
+"""Importing bnn leaves the process's settings alone; select_pooling_allocator chooses
+TensorFlow's pooling CPU allocator, keeps a setting the user made, and with it an XLA step's large
+scratch block stops page-faulting on every call."""
 
 import os
 import subprocess
@@ -32,6 +33,7 @@ _PROBE = textwrap.dedent("""
     import os, resource
     import tensorflow as tf
     import bnn
+    bnn.allocator.select_pooling_allocator()
     print(os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"))
     step = tf.function(lambda: tf.reduce_sum(tf.random.uniform([16 << 20]) * 2.0),
                        jit_compile=True)  # 64 MiB of scratch per call
@@ -44,7 +46,7 @@ _PROBE = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="page-fault counts are Linux's")
-def test_importing_bnn_lets_a_large_scratch_block_be_reused_across_calls():
+def test_the_pooling_allocator_lets_a_large_scratch_block_be_reused_across_calls():
     env = {k: v for k, v in os.environ.items() if k != allocator.ENV_VAR}
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
     out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
@@ -52,3 +54,13 @@ def test_importing_bnn_lets_a_large_scratch_block_be_reused_across_calls():
     assert out[0] == "true"
     # A fresh 64 MiB block is 16 384 pages; a reused one faults on none of them.
     assert float(out[1]) < 1000, out
+
+
+def test_importing_bnn_changes_no_environment_variable():
+    probe = ("import os, json; before = dict(os.environ); import bnn; "
+             "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
+    env = {k: v for k, v in os.environ.items()
+           if k not in (allocator.ENV_VAR, "TF_CPP_MIN_LOG_LEVEL")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.strip().splitlines()[-1]
+    assert out == "{}"

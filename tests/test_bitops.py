@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import bnn
 from bnn import bitops, cpu
+from bnn.errors import SettingError
 from bnn.packing import pack_bits
 
 
@@ -141,13 +142,13 @@ def test_conv_gradients_default_follows_the_cpu_and_gpu(monkeypatch):
 
 def test_packed_forward_setting_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv("BNN_PACKED_FORWARD", "flase")
-    with pytest.raises(ValueError, match="BNN_PACKED_FORWARD must be 0, 1 or auto, got 'flase'"):
+    with pytest.raises(SettingError, match="BNN_PACKED_FORWARD must be 0, 1 or auto, got 'flase'"):
         bitops.packed_training_enabled()
 
 
 def test_conv_gradients_setting_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv("BNN_CONV_GRADIENTS", "fast")
-    with pytest.raises(ValueError, match="BNN_CONV_GRADIENTS must be 'auto', 'xla' or "
+    with pytest.raises(SettingError, match="BNN_CONV_GRADIENTS must be 'auto', 'xla' or "
                                          "'tensorflow', got 'fast'"):
         bitops.xla_conv_gradients()
 

@@ -316,6 +316,18 @@ def test_truncated_cifar_tar_is_a_data_error(tmp_path, cut):
 # Lookup order and download
 
 
+def test_relative_data_dirs_are_read_as_absolute_paths_from_the_working_folder(tmp_path,
+                                                                                  monkeypatch):
+    write_mnist(tmp_path / "data", n_train=20)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("BNN_DATA_DIR", "../data")
+    assert data.search_dirs()[0] == tmp_path / "data"
+    assert data.search_dirs("../data")[0].is_absolute()
+    assert len(data.load_arrays("mnist").x_train) == 20
+    assert len(data.load_arrays("mnist", "../data").x_train) == 20
+
+
 def test_lookup_order_data_dir_then_env_then_keras_cache(tmp_path, monkeypatch):
     write_mnist(tmp_path / "arg", n_train=20)
     write_mnist(tmp_path / "env", n_train=30)

@@ -6,16 +6,14 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from bnn.config import load_config
 from bnn.runtime import TrainingError, _is_chief_task, worker_run_dir
+from support import DATA_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNN_DATA_DIR", ROOT.parent / "shared" / "datasets"))
 
 CONFIG = {
     "name": "mw",

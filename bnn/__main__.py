@@ -1,0 +1,7 @@
+"""``python -m bnn``: the ``bnn`` command."""
+
+import sys
+
+from bnn.cli import main
+
+sys.exit(main())

@@ -1,0 +1,57 @@
+"""What an experiment file may name, known without importing TensorFlow: the architectures with
+their options and defaults, the quantizers with their arguments, and the layer precisions.
+
+:mod:`bnn.config` validates experiment files against these tables, so the ``bnn`` command can
+reject a mistake before it imports TensorFlow. The tables describe the builders in
+:mod:`bnn.models` and the quantizer classes in :mod:`bnn.quantizers`; ``tests/test_catalog.py``
+checks that they agree with those signatures, default for default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PRECISIONS", "MODEL_OPTIONS", "QUANTIZER_ARGUMENTS", "QUANTIZER_MINIMUMS", "model_names",
+           "quantizer_names"]
+
+PRECISIONS: tuple[str, ...] = ("binary", "float")
+
+_SHARED = {"input_quantizer": "ste_sign", "kernel_quantizer": "ste_sign", "momentum": 0.9,
+           "epsilon": 1e-4, "float_activation": "relu", "synchronized_bn": False,
+           "num_classes": 10}
+
+#: ``{architecture: {option: default}}``: the keyword options of each builder in
+#: :mod:`bnn.models` besides ``precision`` and ``name``.
+MODEL_OPTIONS: dict[str, dict[str, Any]] = {
+    "binarynet_mlp": {**_SHARED, "input_shape": (28, 28, 1), "hidden_units": (2048, 2048, 2048),
+                      "dropout": 0.0},
+    "vgg_small": {**_SHARED, "input_shape": (32, 32, 3),
+                  "filters": (128, 128, 256, 256, 512, 512), "dense_units": (1024, 1024)},
+    "binary_resnet": {**_SHARED, "input_shape": (32, 32, 3), "stages": (64, 128, 256, 512),
+                      "blocks_per_stage": 2},
+}
+
+#: ``{quantizer: {argument: default}}``: the constructor arguments of each quantizer class in
+#: :mod:`bnn.quantizers`, by the name an experiment file uses.
+QUANTIZER_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "ste_sign": {"clip_value": 1.0},
+    "approx_sign": {},
+    "swish_sign": {"beta": 5.0},
+    "magnitude_aware_sign": {"clip_value": 1.0},
+    "ste_heaviside": {"clip_value": 1.0},
+    "ste_tern": {"threshold_value": 0.05, "ternary_weight_networks": False, "clip_value": 1.0},
+    "dorefa": {"k_bit": 2},
+}
+
+#: Arguments with a lower bound beyond their type: ``{(quantizer, argument): minimum}``.
+QUANTIZER_MINIMUMS: dict[tuple[str, str], int] = {("dorefa", "k_bit"): 1}
+
+
+def model_names() -> list[str]:
+    """The architectures :func:`bnn.models.build` knows, sorted."""
+    return sorted(MODEL_OPTIONS)
+
+
+def quantizer_names() -> list[str]:
+    """The quantizer names :func:`bnn.quantizers.get` knows, sorted."""
+    return sorted(QUANTIZER_ARGUMENTS)
