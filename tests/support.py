@@ -1,9 +1,16 @@
 """Shared by the end-to-end tests: where the datasets are, a tiny experiment, the CLI, the
-benchmark scripts."""
+benchmark scripts, a TensorBoard server."""
 
+import contextlib
 import importlib.util
 import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -47,3 +54,35 @@ def load_benchmark(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir: Path, timeout: float = 90.0) -> Iterator[str]:
+    """A real TensorBoard serving ``logdir`` on a free loopback port; yields its base URL once
+    it answers, stops it afterwards."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
+         "127.0.0.1", "--port", str(port), "--load_fast", "false"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/data/runs", timeout=5).close()
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -10,16 +10,11 @@ reason, where either is missing. The screenshots are kept in the test's temporar
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from support import needs_mnist, run_cli, tiny_config, write_config
+from support import needs_mnist, run_cli, tensorboard_server, tiny_config, write_config
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 try:
@@ -43,12 +38,6 @@ RUNS = ("binary/train", "float/train")
 TAGS = ("epoch_test_accuracy", "epoch_loss", "epoch_step_time_ms", "epoch_flip_ratio")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def tensorboard(tmp_path_factory):
     """A finished `bnn compare` run, served by TensorBoard on a loopback port."""
@@ -56,26 +45,8 @@ def tensorboard(tmp_path_factory):
     run_dir = tmp / "run"
     config = write_config(tmp / "tiny.yaml", tiny_config(seed=4, epochs=3))
     assert run_cli("compare", config, "--output-dir", run_dir) == 0
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(run_dir), "--host",
-         "127.0.0.1", "--port", str(port), "--load_fast", "false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/data/runs", timeout=5).close()
-                break
-            except OSError:
-                if time.time() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.5)
+    with tensorboard_server(run_dir) as url:
         yield url, tmp
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_scalars_dashboard_shows_both_twins_and_their_tags(tensorboard):

@@ -2,9 +2,6 @@
 TensorBoard logs (read back through a real TensorBoard server) and report.json."""
 
 import json
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -12,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import needs_mnist, run_cli, tiny_config, write_config
+from support import needs_mnist, run_cli, tensorboard_server, tiny_config, write_config
 
 pytestmark = needs_mnist
 TINY = tiny_config(seed=3)
@@ -79,40 +76,23 @@ def test_tensorboard_events_hold_named_scalars_for_both_twins(compared):
     assert "epoch_flip_ratio" in scalars_from_events(compared / "binary")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_real_tensorboard_server_serves_both_twins_scalars(compared):
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(compared), "--host",
-         "127.0.0.1", "--port", str(port), "--load_fast", "false"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/data/plugin/scalars"
-    try:
+    with tensorboard_server(compared) as url:
+        base = f"{url}/data/plugin/scalars"
         deadline, tags = time.time() + 90, {}
         while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"{base}/tags", timeout=5) as response:
-                    tags = json.load(response)
-                if {"binary/train", "float/train"} <= set(tags):
-                    break
-            except OSError:
-                pass
+            with urllib.request.urlopen(f"{base}/tags", timeout=5) as response:
+                tags = json.load(response)
+            if {"binary/train", "float/train"} <= set(tags):
+                break
             time.sleep(1)
         assert {"binary/train", "float/train"} <= set(tags), tags
         for run in ("binary/train", "float/train"):
-            url = f"{base}/scalars?run={run.replace('/', '%2F')}&tag=epoch_accuracy"
-            with urllib.request.urlopen(url, timeout=10) as response:
+            query = f"{base}/scalars?run={run.replace('/', '%2F')}&tag=epoch_accuracy"
+            with urllib.request.urlopen(query, timeout=10) as response:
                 points = json.load(response)
             assert [p[1] for p in points] == [0, 1]
             assert all(0.0 <= p[2] <= 1.0 for p in points)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_resume_continues_from_saved_epoch_and_matches_uninterrupted(tmp_path, compared):
