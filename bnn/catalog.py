@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PRECISIONS", "MODEL_OPTIONS", "QUANTIZER_ARGUMENTS", "QUANTIZER_MINIMUMS", "model_names",
-           "quantizer_names"]
+__all__ = ["PRECISIONS", "MODEL_OPTIONS", "QUANTIZER_ARGUMENTS", "QUANTIZER_MINIMUMS",
+           "QUANTIZER_CHOICES", "model_names", "quantizer_names"]
 
 PRECISIONS: tuple[str, ...] = ("binary", "float")
 
@@ -29,6 +29,8 @@ MODEL_OPTIONS: dict[str, dict[str, Any]] = {
                   "filters": (128, 128, 256, 256, 512, 512), "dense_units": (1024, 1024)},
     "binary_resnet": {**_SHARED, "input_shape": (32, 32, 3), "stages": (64, 128, 256, 512),
                       "blocks_per_stage": 2},
+    "keras_file": {"path": "", "input_shape": (28, 28, 1), "num_classes": 10,
+                   "synchronized_bn": False},
 }
 
 #: ``{quantizer: {argument: default}}``: the constructor arguments of each quantizer class in
@@ -40,11 +42,17 @@ QUANTIZER_ARGUMENTS: dict[str, dict[str, Any]] = {
     "magnitude_aware_sign": {"clip_value": 1.0},
     "ste_heaviside": {"clip_value": 1.0},
     "ste_tern": {"threshold_value": 0.05, "ternary_weight_networks": False, "clip_value": 1.0},
-    "dorefa": {"k_bit": 2},
+    "dorefa": {"k_bit": 2, "mode": "activations"},
+    "no_op": {"precision": 1},
 }
 
 #: Arguments with a lower bound beyond their type: ``{(quantizer, argument): minimum}``.
-QUANTIZER_MINIMUMS: dict[tuple[str, str], int] = {("dorefa", "k_bit"): 1}
+QUANTIZER_MINIMUMS: dict[tuple[str, str], int] = {("dorefa", "k_bit"): 1,
+                                                  ("no_op", "precision"): 1}
+
+#: Arguments that take one of a few words: ``{(quantizer, argument): words}``.
+QUANTIZER_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("dorefa", "mode"): ("activations", "weights")}
 
 
 def model_names() -> list[str]:

@@ -7,6 +7,7 @@
     bnn export SOURCE -o MODEL.bnn
     bnn evaluate MODEL --dataset NAME [--json PATH]
     bnn predict MODEL INPUT.npy --dataset NAME [-o OUT.npy]
+    bnn import-larq MODEL -o MODEL.keras
 
 Each command checks its arguments, the experiment file, the paths it reads and the run directory
 it writes before it imports TensorFlow, so a mistake is reported within a fraction of a second,
@@ -101,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="dataset whose normalization to apply")
     predict.add_argument("-o", "--output", help="write logits to this .npy file")
     _add_common(predict)
+    larq = sub.add_parser("import-larq", help="convert a model saved by Larq to a Keras 3 model")
+    larq.add_argument("model", help="a .h5 or .keras file, or a SavedModel directory, from Larq")
+    larq.add_argument("-o", "--output", required=True, help="the .keras file to write")
+    _add_common(larq)
     return parser
 
 
@@ -330,6 +335,16 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_larq(args: argparse.Namespace) -> int:
+    _existing(args.model, "Larq model", "give a .h5 or .keras file or a SavedModel directory "
+              "saved by Larq")
+    _start_tensorflow(args)
+    from bnn.larq import conversion
+
+    print(json.dumps(conversion.convert_file(args.model, args.output), indent=2))
+    return 0
+
+
 _COMMANDS: dict[str, Any] = {
     "train": lambda args: _run(args, [args.precision] if args.precision else None),
     "compare": lambda args: _run(args, ["binary", "float"]),
@@ -338,6 +353,7 @@ _COMMANDS: dict[str, Any] = {
     "export": _export,
     "evaluate": _evaluate,
     "predict": _predict,
+    "import-larq": _import_larq,
 }
 
 

@@ -346,8 +346,11 @@ def _check_quantizer(value: Any, source: str, key: str) -> None:
                                                     "its arguments") if arguments
                               else f"{name!r} takes no arguments")
         minimum = catalog.QUANTIZER_MINIMUMS.get((name, argument))
+        choices = catalog.QUANTIZER_CHOICES.get((name, argument))
         if minimum is not None:
             _as_int(minimum)(given, source, where)
+        elif choices is not None:
+            _one_of(choices, f"{argument} of {name}")(given, source, where)
         else:
             _check_option_type(given, arguments[argument], source, where)
 
@@ -431,6 +434,13 @@ def _cross_check(config: Config) -> None:
         raise ConfigError(config.source, "schedule.final_learning_rate",
                           f"{final:g} is above optimizer.learning_rate {lr:g}",
                           "the exponential schedule only decays; set it <= the learning rate")
+    if config.model.name == "keras_file":
+        path = config.model.options.get("path", "")
+        if not path.endswith(".keras") or not os.path.isfile(path):
+            raise ConfigError(config.source, "model.options.path",
+                              f"no .keras file at {path!r}" if path else "is not set",
+                              "give the Keras 3 .keras file to train (bnn import-larq converts "
+                              "models saved by Larq)")
 
 
 def parse_config(data: Mapping, source: str = "<config>", overrides: Sequence[str] = ()) -> Config:

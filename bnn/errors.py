@@ -6,7 +6,7 @@ and what to do. The ``bnn`` command prints it as ``bnn: error: <message>`` and e
 
 from __future__ import annotations
 
-__all__ = ["UserError", "DataError", "ExportError", "RunDirError", "SettingError",
+__all__ = ["UserError", "DataError", "ExportError", "ModelFileError", "RunDirError", "SettingError",
            "TrainingError", "Interrupted"]
 
 
@@ -20,6 +20,11 @@ class DataError(UserError):
 
 class ExportError(UserError):
     """A model that cannot be exported, or a packed file that cannot be loaded."""
+
+
+class ModelFileError(UserError):
+    """A saved model that bnn cannot train (``model: {name: keras_file}``): the file, the problem
+    and the fix."""
 
 
 class RunDirError(UserError):

@@ -44,7 +44,7 @@ _DIGEST = 32
 _DTYPES = ("int64", "int32", "float32")
 _SUPPORTED = ("BinaryDense, BinaryConv2D (precision='binary', kernel_quantizer='ste_sign', "
               "input_quantizer='ste_sign', or None on the first layer), MaxPooling2D, "
-              "BatchNormalization, Flatten, Dropout")
+              "BatchNormalization, Flatten, Dropout, a final softmax Activation")
 
 
 def _fail(where: Any, problem: str, fix: str) -> ExportError:
@@ -166,6 +166,9 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
                     f"export supports Sequential models built from {_SUPPORTED}")
     layers = [layer for layer in model.layers
               if not isinstance(layer, (keras.layers.InputLayer, keras.layers.Dropout))]
+    if layers and isinstance(layers[-1], keras.layers.Activation) and getattr(
+            layers[-1].activation, "__name__", None) == "softmax":
+        layers = layers[:-1]  # the packed model returns logits: the same predicted classes
     input_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
     shape, flat, packed, model_encoding = input_shape, len(input_shape) == 1, False, None
     stages, arrays, i = [], [], 0

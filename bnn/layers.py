@@ -1,9 +1,11 @@
-"""Binary layers: Keras' Dense and Conv2D with quantized inputs and kernels.
+"""Binary layers: Keras' Dense, Conv2D, DepthwiseConv2D and SeparableConv2D with quantized inputs
+and kernels.
 
-``BinaryDense`` and ``BinaryConv2D`` keep real-valued *latent* kernels that the optimizer updates;
-the forward pass uses ``kernel_quantizer(kernel)`` (±1 by default) on ``input_quantizer(inputs)``.
-With ``precision="float"`` the same layer is an ordinary float layer of the same shape, which is
-how bnn builds a binary model's float twin.
+The layers keep real-valued *latent* kernels that the optimizer updates; the forward pass uses
+``kernel_quantizer(kernel)`` (±1 by default) on ``input_quantizer(inputs)``. With
+``precision="float"`` the same layer is an ordinary float layer of the same shape, which is how
+bnn builds a binary model's float twin. ``layer.binary_kernels()`` lists the latent kernels that
+a layer binarizes; optimizers, metrics and the model summary find binary weights through it.
 """
 
 from __future__ import annotations
@@ -19,24 +21,46 @@ from bnn import bitops
 from bnn import quantizers as quantizers_lib
 from bnn.constraints import WeightClip
 
-__all__ = ["BinaryDense", "BinaryConv2D", "PRECISIONS"]
+__all__ = ["BinaryDense", "BinaryConv2D", "BinaryDepthwiseConv2D", "BinarySeparableConv2D",
+           "PRECISIONS"]
 
 PRECISIONS = ("binary", "float")
 _DEFAULT = "default"
 
 
-class _QuantizedLayer:
-    """Shared part of the binary layers: argument handling, kernel and input quantization."""
+def _same_padding(layer, inputs) -> list[list[int]]:
+    """The amounts a 2-D convolution ``layer`` with ``padding="same"`` pads ``inputs`` by, per
+    axis as ``[before, after]`` (TensorFlow's convention: the odd one goes after)."""
+    spatial = (1, 2) if layer.data_format == "channels_last" else (2, 3)
+    pads = [[0, 0], [0, 0], [0, 0], [0, 0]]
+    for axis, k, s, d in zip(spatial, layer.kernel_size, layer.strides, layer.dilation_rate):
+        pads[axis] = list(bitops.same_pads(int(inputs.shape[axis]), (k - 1) * d + 1, s))
+    return pads
 
-    def _init_quantization(self, precision, input_quantizer, kernel_quantizer, scale_kernel):
+
+def _padded(layer, x):
+    """``(x, padding)`` for a convolution of ``layer`` on quantized inputs ``x``: with
+    ``padding="same"`` and ``pad_values != 0``, x padded explicitly with ``pad_values`` and
+    ``"valid"``; otherwise x and the layer's padding unchanged."""
+    if layer.padding == "same" and layer.pad_values != 0.0 and layer.quantized:
+        return ops.pad(x, _same_padding(layer, x), constant_values=layer.pad_values), "valid"
+    return x, layer.padding
+
+
+def _quantized(variable, quantizer):
+    return variable if quantizer is None else quantizer(variable)
+
+
+class _Quantization:
+    """What every binary layer shares: the precision switch and input quantization."""
+
+    def _init_precision(self, precision, input_quantizer):
         if precision not in PRECISIONS:
             raise ValueError(
                 f"{type(self).__name__} precision must be one of {PRECISIONS}, got {precision!r}"
             )
         self.precision = precision
         self.input_quantizer = quantizers_lib.get(input_quantizer)
-        self.kernel_quantizer = quantizers_lib.get(kernel_quantizer)
-        self.scale_kernel = bool(scale_kernel)
 
     @staticmethod
     def _default_constraint(precision, kernel_constraint):
@@ -48,6 +72,27 @@ class _QuantizedLayer:
     def quantized(self) -> bool:
         """True when this layer quantizes (``precision="binary"``)."""
         return self.precision == "binary"
+
+    def _quantize_inputs(self, inputs):
+        if self.quantized and self.input_quantizer is not None:
+            return self.input_quantizer(inputs)
+        return inputs
+
+
+class _QuantizedLayer(_Quantization):
+    """Shared part of the single-kernel binary layers: kernel quantization and scaling."""
+
+    def _init_quantization(self, precision, input_quantizer, kernel_quantizer, scale_kernel):
+        self._init_precision(precision, input_quantizer)
+        self.kernel_quantizer = quantizers_lib.get(kernel_quantizer)
+        self.scale_kernel = bool(scale_kernel)
+
+    def binary_kernels(self) -> list:
+        """The latent kernels this layer quantizes in its forward pass: ``[kernel]`` when
+        ``quantized`` and a ``kernel_quantizer`` is set, else ``[]``."""
+        if self.quantized and self.kernel_quantizer is not None:
+            return [self.kernel]
+        return []
 
     def binary_kernel(self) -> tf.Tensor:
         """The quantized kernel the forward pass uses: ``kernel_quantizer(kernel)`` (±1 for
@@ -99,11 +144,6 @@ class _QuantizedLayer:
         return (self.quantized and not self.scale_kernel
                 and getattr(q_in, "plus_minus_one", False) and getattr(q_k, "plus_minus_one", False)
                 and bitops.packed_training_enabled())
-
-    def _quantize_inputs(self, inputs):
-        if self.quantized and self.input_quantizer is not None:
-            return self.input_quantizer(inputs)
-        return inputs
 
     def _quantization_config(self) -> dict[str, Any]:
         return {
@@ -191,11 +231,7 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
 
     def _same_padding(self, inputs):
         """Explicit 'same' padding amounts, as ``[[0,0],[top,bottom],[left,right],[0,0]]``."""
-        spatial = (1, 2) if self.data_format == "channels_last" else (2, 3)
-        pads = [[0, 0], [0, 0], [0, 0], [0, 0]]
-        for axis, k, s, d in zip(spatial, self.kernel_size, self.strides, self.dilation_rate):
-            pads[axis] = list(bitops.same_pads(int(inputs.shape[axis]), (k - 1) * d + 1, s))
-        return pads
+        return _same_padding(self, inputs)
 
     def _padding_correction(self, x, kernel):
         """``conv(pad(x, v)) - conv(pad(x, 0))``: the kernel taps that fall in the padding, times
@@ -252,3 +288,155 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), **self._quantization_config(),
                 "pad_values": self.pad_values}
+
+
+class _DepthwiseQuantization(_Quantization):
+    """Argument handling shared by the depthwise and separable layers; ``quantizers`` maps
+    attribute names (``depthwise_quantizer``, ...) to quantizer identifiers."""
+
+    def _init_depthwise(self, precision, input_quantizer, pad_values, **quantizers):
+        self._init_precision(precision, input_quantizer)
+        for name, quantizer in quantizers.items():
+            setattr(self, name, quantizers_lib.get(quantizer))
+        self._quantizer_names = tuple(quantizers)
+        self.pad_values = float(pad_values)
+
+    def _clip_initial(self, variables, constraints):
+        """Applies ``WeightClip`` constraints to the initial kernels."""
+        if self.quantized:
+            for variable, constraint in zip(variables, constraints):
+                if isinstance(constraint, WeightClip):
+                    variable.assign(constraint(variable))
+
+    def _depthwise_config(self) -> dict[str, Any]:
+        return {"precision": self.precision,
+                "input_quantizer": quantizers_lib.serialize(self.input_quantizer),
+                **{name: quantizers_lib.serialize(getattr(self, name))
+                   for name in self._quantizer_names},
+                "pad_values": self.pad_values}
+
+    def _add_bias(self, outputs):
+        if not self.use_bias:
+            return outputs
+        shape = [1, 1, 1, 1]
+        shape[-1 if self.data_format == "channels_last" else 1] = int(self.bias.shape[0])
+        return ops.add(outputs, ops.reshape(self.bias, shape))
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class BinaryDepthwiseConv2D(_DepthwiseQuantization, keras.layers.DepthwiseConv2D):
+    """Depthwise 2-D convolution (each input channel convolved with its own
+    ``depth_multiplier`` filters) with binary inputs and kernel.
+
+    ``outputs = activation(depthwise_conv(input_quantizer(x), depthwise_quantizer(K)) [+ b])``
+
+    Args:
+        kernel_size: height and width of the filters.
+        input_quantizer: quantizer for the inputs (default ``"ste_sign"``); ``None`` for real
+            inputs.
+        depthwise_quantizer: quantizer for the latent depthwise kernel (default ``"ste_sign"``).
+        depthwise_constraint: default ``WeightClip(1.0)`` when binary, none when float.
+        precision: ``"binary"`` or ``"float"`` (quantizers off: the float twin).
+        pad_values: value that ``padding="same"`` pads the quantized inputs with (Keras: 0).
+        use_bias: default False.
+        **kwargs: any other argument of ``keras.layers.DepthwiseConv2D``.
+    """
+
+    def __init__(self, kernel_size, input_quantizer: Any = "ste_sign",
+                 depthwise_quantizer: Any = "ste_sign", depthwise_constraint: Any = _DEFAULT,
+                 precision: str = "binary", pad_values: float = 0.0, use_bias: bool = False,
+                 **kwargs):
+        self._init_depthwise(precision, input_quantizer, pad_values,
+                             depthwise_quantizer=depthwise_quantizer)
+        super().__init__(kernel_size, use_bias=use_bias,
+                         depthwise_constraint=self._default_constraint(precision,
+                                                                       depthwise_constraint),
+                         **kwargs)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._clip_initial([self.kernel], [self.depthwise_constraint])
+
+    def binary_kernels(self) -> list:
+        """``[kernel]`` (the depthwise kernel) when quantized with a ``depthwise_quantizer``."""
+        return [self.kernel] if self.quantized and self.depthwise_quantizer is not None else []
+
+    def call(self, inputs):
+        x = self._quantize_inputs(inputs)
+        kernel = _quantized(self.kernel, self.depthwise_quantizer if self.quantized else None)
+        x, padding = _padded(self, x)
+        outputs = ops.depthwise_conv(x, kernel, strides=self.strides, padding=padding,
+                                     dilation_rate=self.dilation_rate,
+                                     data_format=self.data_format)
+        outputs = self._add_bias(outputs)
+        return outputs if self.activation is None else self.activation(outputs)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), **self._depthwise_config()}
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class BinarySeparableConv2D(_DepthwiseQuantization, keras.layers.SeparableConv2D):
+    """Depthwise separable 2-D convolution (a depthwise convolution, then a 1x1 pointwise one)
+    with binary inputs and kernels.
+
+    ``outputs = activation(pointwise(depthwise(input_quantizer(x), depthwise_quantizer(D)),
+    pointwise_quantizer(P)) [+ b])``. The pointwise convolution sees the depthwise outputs
+    unquantized (real values).
+
+    Args:
+        filters: output channels.
+        kernel_size: height and width of the depthwise filters.
+        input_quantizer: quantizer for the inputs (default ``"ste_sign"``); ``None`` for real
+            inputs.
+        depthwise_quantizer, pointwise_quantizer: quantizers for the two latent kernels (default
+            ``"ste_sign"``).
+        depthwise_constraint, pointwise_constraint: default ``WeightClip(1.0)`` when binary,
+            none when float.
+        precision: ``"binary"`` or ``"float"`` (quantizers off: the float twin).
+        pad_values: value that ``padding="same"`` pads the quantized inputs with (Keras: 0).
+        use_bias: default False.
+        **kwargs: any other argument of ``keras.layers.SeparableConv2D``.
+    """
+
+    def __init__(self, filters: int, kernel_size, input_quantizer: Any = "ste_sign",
+                 depthwise_quantizer: Any = "ste_sign", pointwise_quantizer: Any = "ste_sign",
+                 depthwise_constraint: Any = _DEFAULT, pointwise_constraint: Any = _DEFAULT,
+                 precision: str = "binary", pad_values: float = 0.0, use_bias: bool = False,
+                 **kwargs):
+        self._init_depthwise(precision, input_quantizer, pad_values,
+                             depthwise_quantizer=depthwise_quantizer,
+                             pointwise_quantizer=pointwise_quantizer)
+        super().__init__(
+            filters, kernel_size, use_bias=use_bias,
+            depthwise_constraint=self._default_constraint(precision, depthwise_constraint),
+            pointwise_constraint=self._default_constraint(precision, pointwise_constraint),
+            **kwargs)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._clip_initial([self.depthwise_kernel, self.pointwise_kernel],
+                           [self.depthwise_constraint, self.pointwise_constraint])
+
+    def binary_kernels(self) -> list:
+        """The depthwise and pointwise kernels that have a quantizer, when quantized."""
+        if not self.quantized:
+            return []
+        pairs = ((self.depthwise_kernel, self.depthwise_quantizer),
+                 (self.pointwise_kernel, self.pointwise_quantizer))
+        return [kernel for kernel, quantizer in pairs if quantizer is not None]
+
+    def call(self, inputs):
+        x = self._quantize_inputs(inputs)
+        quantize = self.quantized
+        depthwise = _quantized(self.depthwise_kernel, self.depthwise_quantizer if quantize else None)
+        pointwise = _quantized(self.pointwise_kernel, self.pointwise_quantizer if quantize else None)
+        x, padding = _padded(self, x)
+        outputs = ops.separable_conv(x, depthwise, pointwise, strides=self.strides,
+                                     padding=padding, dilation_rate=self.dilation_rate,
+                                     data_format=self.data_format)
+        outputs = self._add_bias(outputs)
+        return outputs if self.activation is None else self.activation(outputs)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), **self._depthwise_config()}

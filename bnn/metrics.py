@@ -40,8 +40,8 @@ def flip_ratio(before: Any, after: Any) -> float:
 class FlipRatio(keras.callbacks.Callback):
     """Keras callback: fraction of binary weights whose sign flipped since the last measurement.
 
-    Watches the kernel of every layer with ``quantized`` True and a ``kernel_quantizer`` (the
-    binary kernels). At each measurement it computes, for each such layer and overall (flips over
+    Watches the binary kernels of every layer (``layer.binary_kernels()``: the kernels a layer
+    with ``quantized`` True binarizes). At each measurement it computes, for each such layer and overall (flips over
     all binary weights / number of binary weights), the fraction of signs that changed since the
     previous measurement (the first one compares with the weights at the start of training).
 
@@ -79,16 +79,19 @@ class FlipRatio(keras.callbacks.Callback):
                 f"FlipRatio found no binary kernels in model {self.model.name!r} (no layer with "
                 "quantized=True and a kernel_quantizer); remove the callback for float models"
             )
-        self._signs = [ops.greater_equal(layer.kernel, 0) for layer in self._layers]
+        self._signs = [[ops.greater_equal(kernel, 0) for kernel in layer.binary_kernels()]
+                       for layer in self._layers]
         self._epoch_values = []
 
     def _measure(self) -> dict[str, float]:
         values, total_flips, total_size = {}, 0, 0
         for i, layer in enumerate(self._layers):
-            signs = ops.greater_equal(layer.kernel, 0)
-            flips = int(ops.sum(ops.cast(ops.not_equal(signs, self._signs[i]), "int32")))
-            self._signs[i] = signs
-            size = int(np.prod(layer.kernel.shape))
+            flips, size = 0, 0
+            for j, kernel in enumerate(layer.binary_kernels()):
+                signs = ops.greater_equal(kernel, 0)
+                flips += int(ops.sum(ops.cast(ops.not_equal(signs, self._signs[i][j]), "int32")))
+                self._signs[i][j] = signs
+                size += int(np.prod(kernel.shape))
             values[f"flip_ratio/{layer.name}"] = flips / size
             total_flips, total_size = total_flips + flips, total_size + size
         return {"flip_ratio": total_flips / total_size, **values}

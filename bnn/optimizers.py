@@ -146,6 +146,11 @@ class VariablePaths:
         self.paths = sorted(set(paths))
         self._lookup = frozenset(self.paths)
 
+    @classmethod
+    def of(cls, variables: Sequence) -> VariablePaths:
+        """The predicate that accepts exactly ``variables`` (by their short paths)."""
+        return cls([_short_path(variable) for variable in variables])
+
     def __call__(self, variable) -> bool:
         return _short_path(variable) in self._lookup
 
@@ -175,28 +180,30 @@ def _all_layers(model: keras.Model) -> list:
 
 
 def binary_kernel_layers(model: keras.Model) -> list:
-    """The layers of ``model`` whose kernel is binarized in the forward pass: ``quantized`` True
-    (``precision="binary"``) and a ``kernel_quantizer``. Nested models are searched too."""
+    """The layers of ``model`` that binarize kernels in the forward pass: those whose
+    ``binary_kernels()`` (see :mod:`bnn.layers`) is not empty. Nested models are searched too."""
     return [layer for layer in _all_layers(model)
-            if getattr(layer, "quantized", False)
-            and getattr(layer, "kernel_quantizer", None) is not None]
+            if callable(getattr(layer, "binary_kernels", None)) and layer.built
+            and layer.binary_kernels()]
 
 
 def is_binary_variable_of(model: keras.Model) -> VariablePaths:
-    """Predicate that accepts exactly the latent binary kernels of ``model`` (the ``kernel`` of
-    each layer in :func:`binary_kernel_layers`).
+    """Predicate that accepts exactly the latent binary kernels of ``model`` (the
+    ``binary_kernels()`` of each of its layers).
 
     Raises:
         ValueError: when the model is not built yet (its kernels do not exist).
     """
-    layers = binary_kernel_layers(model)
-    unbuilt = [layer.name for layer in layers if not layer.built]
+    unbuilt = [layer.name for layer in _all_layers(model)
+               if callable(getattr(layer, "binary_kernels", None)) and not layer.built
+               and getattr(layer, "quantized", True)]
     if unbuilt:
         raise ValueError(
             f"layers {unbuilt} of model {model.name!r} are not built, so their kernels do not "
             "exist yet; give the model a keras.Input or call it on a batch first"
         )
-    return VariablePaths([_short_path(layer.kernel) for layer in layers])
+    return VariablePaths([_short_path(kernel) for layer in binary_kernel_layers(model)
+                          for kernel in layer.binary_kernels()])
 
 
 def _serialize_predicate(predicate: Callable, index: int) -> Any:

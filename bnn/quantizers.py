@@ -28,6 +28,7 @@ __all__ = [
     "SteHeaviside",
     "SteTern",
     "DoReFa",
+    "NoOp",
     "ste_sign",
     "approx_sign",
     "swish_sign",
@@ -35,6 +36,8 @@ __all__ = [
     "ste_heaviside",
     "ste_tern",
     "dorefa",
+    "NoOp",
+    "no_op",
     "get",
     "serialize",
     "register",
@@ -212,15 +215,38 @@ def ste_tern(
     return _op(x)
 
 
-def dorefa(x: tf.Tensor, k_bit: int = 2) -> tf.Tensor:
-    r"""k-bit uniform quantization of [0, 1] (DoReFa-Net activations, Zhou et al. 2016).
+DOREFA_MODES = ("activations", "weights")
 
-    Forward: :math:`q(x) = \mathrm{round}((2^k - 1)\,\mathrm{clip}(x, 0, 1)) / (2^k - 1)`.
 
-    Backward: :math:`\partial q / \partial x = 1` if :math:`0 \le x \le 1`, else 0.
+def dorefa(x: tf.Tensor, k_bit: int = 2, mode: str = "activations") -> tf.Tensor:
+    r"""k-bit uniform quantization (DoReFa-Net, Zhou et al. 2016), with :math:`n = 2^k - 1`.
+
+    ``mode="activations"`` quantizes [0, 1]:
+
+    * forward :math:`q(x) = \mathrm{round}(n\,\mathrm{clip}(x, 0, 1)) / n`;
+    * backward :math:`\partial q / \partial x = 1` if :math:`0 \le x \le 1`, else 0.
+
+    ``mode="weights"`` quantizes a whole kernel to [-1, 1] after soft-limiting it with tanh and
+    scaling it so that its largest magnitude reaches ±1 (section 2.3 of the paper):
+
+    * forward :math:`q(w) = 2\,\mathrm{round}(n\,u) / n - 1` with
+      :math:`u = \tanh(w) / (2 \max|\tanh(w)|) + 1/2` (:math:`u = 1/2` for an all-zero kernel);
+    * backward: the rounding passes the gradient unchanged and :math:`\max|\tanh(w)|` is
+      held constant, so :math:`\partial q / \partial w = (1 - \tanh^2 w) / \max|\tanh(w)|`.
     """
+    if mode not in DOREFA_MODES:
+        raise ValueError(f"dorefa mode must be one of {DOREFA_MODES}, got {mode!r}")
     x = tf.convert_to_tensor(x)
     levels = float(2**k_bit - 1)
+
+    @tf.custom_gradient
+    def _round(u):
+        return tf.round(u * levels) / levels, lambda dy: tf.identity(dy)
+
+    if mode == "weights":
+        limited = tf.tanh(x)
+        peak = tf.stop_gradient(tf.reduce_max(tf.abs(limited)))
+        return 2.0 * _round(tf.math.divide_no_nan(limited, 2.0 * peak) + 0.5) - 1.0
 
     @tf.custom_gradient
     def _op(x):
@@ -230,6 +256,15 @@ def dorefa(x: tf.Tensor, k_bit: int = 2) -> tf.Tensor:
         return y, lambda dy: dy * inside
 
     return _op(x)
+
+
+def no_op(x: tf.Tensor) -> tf.Tensor:
+    r"""Identity in both passes: :math:`q(x) = x`, :math:`\partial q / \partial x = 1`.
+
+    As a kernel quantizer it marks a kernel whose stored values are themselves the quantized
+    weights (e.g. ±1 weights that :class:`bnn.optimizers.Bop` flips).
+    """
+    return tf.identity(tf.convert_to_tensor(x))
 
 
 class Quantizer:
@@ -264,7 +299,7 @@ class Quantizer:
         return hash((type(self), tuple(sorted(self._kwargs.items()))))
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self._kwargs.items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items())
         return f"{type(self).__name__}({args})"
 
 
@@ -334,11 +369,29 @@ class SteTern(Quantizer):
 class DoReFa(Quantizer):
     name, function = "dorefa", staticmethod(dorefa)
 
-    def __init__(self, k_bit: int = 2):
+    def __init__(self, k_bit: int = 2, mode: str = "activations"):
         if int(k_bit) < 1:
             raise ValueError(f"dorefa k_bit must be >= 1, got {k_bit!r}")
-        super().__init__(k_bit=int(k_bit))
+        if mode not in DOREFA_MODES:
+            raise ValueError(f"dorefa mode must be one of {DOREFA_MODES}, got {mode!r}")
+        super().__init__(k_bit=int(k_bit), mode=mode)
         self.precision = int(k_bit)
+
+
+@register
+class NoOp(Quantizer):
+    """The identity, tagged with the ``precision`` (bits) of the values it passes through."""
+
+    name, function = "no_op", staticmethod(no_op)
+
+    def __init__(self, precision: int = 1):
+        if int(precision) < 1:
+            raise ValueError(f"no_op precision must be >= 1, got {precision!r}")
+        super().__init__()
+        self.precision = int(precision)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"precision": self.precision}
 
 
 # The plain functions are Keras-serializable too, so `Dense(..., activation=ste_sign)` saves.

@@ -2,15 +2,18 @@
 
 For each layer:
 
-* **binary params**: entries of a binarized kernel (a layer with ``quantized`` True and a
-  ``kernel_quantizer``), stored at 1 bit each once packed.
+* **binary params**: entries of the kernels a layer binarizes (``layer.binary_kernels()``),
+  stored at 1 bit each once packed.
 * **float params**: every other weight of the layer (biases, batch-normalization scale, offset
   and moving statistics, kernels of float layers), stored at 32 bits.
 * **memory**: ``(binary params * 1 + float params * 32) / 8 / 1024`` KiB.
 * **MACs** per example: Dense ``in * out`` (times any extra leading output dimensions),
-  Conv2D ``out_h * out_w * k_h * k_w * c_in / groups * c_out``; other layers 0. They count as
-  *binary* MACs (xor-popcount) when both the kernel and the inputs are binarized, as *float* MACs
-  otherwise (a first layer that sees real-valued pixels does float MACs).
+  Conv2D ``out_h * out_w * k_h * k_w * c_in / groups * c_out``, DepthwiseConv2D
+  ``out_h * out_w * k_h * k_w * c_in * depth_multiplier``, SeparableConv2D that plus
+  ``out_h * out_w * c_in * depth_multiplier * filters`` for its pointwise half; other layers 0.
+  They count as *binary* MACs (xor-popcount) when both the kernel and the inputs are binarized,
+  as *float* MACs otherwise (a first layer that sees real-valued pixels does float MACs, and so
+  does the pointwise half of a separable convolution, whose inputs are real).
 
 The compression ratio compares the float32 model of the same shape (every parameter at 32 bits)
 with the packed size: ``32 * (binary + float) / (binary + 32 * float)``.
@@ -58,24 +61,38 @@ def _output_shape(layer) -> str:
         return "?"
 
 
-def _macs(layer) -> int:
-    kernel = getattr(layer, "kernel", None)
-    if kernel is None:
-        return 0
+def _spatial(layer, out_shape) -> int:
+    return math.prod(out_shape[1:3] if layer.data_format == "channels_last" else out_shape[2:4])
+
+
+def _macs(layer) -> tuple[int, int]:
+    """``(binary MACs, float MACs)`` per example. A product counts as binary when its kernel is
+    binarized and its inputs are too (the layer's quantized inputs; the pointwise half of a
+    separable convolution sees real-valued depthwise outputs)."""
     try:
         out_shape = tuple(layer.output.shape)
     except (AttributeError, ValueError):
-        return 0
+        return 0, 0
+    binary_kernels = {id(k) for k in getattr(layer, "binary_kernels", list)()}
+    binary_inputs = getattr(layer, "input_quantizer", None) is not None
+
+    def split(kernel, macs: int, inputs_binary: bool) -> tuple[int, int]:
+        return (macs, 0) if inputs_binary and id(kernel) in binary_kernels else (0, macs)
+
+    if isinstance(layer, keras.layers.SeparableConv2D):
+        depthwise, pointwise = layer.depthwise_kernel, layer.pointwise_kernel
+        spatial = _spatial(layer, out_shape)
+        d = split(depthwise, spatial * math.prod(depthwise.shape), binary_inputs)
+        p = split(pointwise, spatial * math.prod(pointwise.shape), False)
+        return d[0] + p[0], d[1] + p[1]
+    kernel = getattr(layer, "kernel", None)
+    if kernel is None:
+        return 0, 0
     if isinstance(layer, keras.layers.Dense):
-        return math.prod(kernel.shape) * math.prod(out_shape[1:-1])
-    if isinstance(layer, keras.layers.Conv2D):
-        spatial = out_shape[1:3] if layer.data_format == "channels_last" else out_shape[2:4]
-        return math.prod(spatial) * math.prod(kernel.shape)
-    return 0
-
-
-def _has_binary_kernel(layer) -> bool:
-    return getattr(layer, "quantized", False) and getattr(layer, "kernel_quantizer", None) is not None
+        return split(kernel, math.prod(kernel.shape) * math.prod(out_shape[1:-1]), binary_inputs)
+    if isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
+        return split(kernel, _spatial(layer, out_shape) * math.prod(kernel.shape), binary_inputs)
+    return 0, 0
 
 
 def summarize(model: keras.Model) -> list[LayerRow]:
@@ -89,14 +106,13 @@ def summarize(model: keras.Model) -> list[LayerRow]:
                          "a batch before summarizing")
     rows = []
     for layer in _leaf_layers(model):
-        binary = math.prod(layer.kernel.shape) if _has_binary_kernel(layer) else 0
+        binary = sum(math.prod(k.shape) for k in getattr(layer, "binary_kernels", list)())
         floats = sum(math.prod(w.shape) for w in layer.weights) - binary
-        macs = _macs(layer)
-        binary_macs = macs if binary and getattr(layer, "input_quantizer", None) is not None else 0
+        binary_macs, float_macs = _macs(layer)
         rows.append(LayerRow(
             name=layer.name, type=type(layer).__name__, output_shape=_output_shape(layer),
             binary_params=binary, float_params=floats, memory_kib=_memory_kib(binary, floats),
-            binary_macs=binary_macs, float_macs=macs - binary_macs,
+            binary_macs=binary_macs, float_macs=float_macs,
         ))
     return rows
 
@@ -135,11 +151,13 @@ def _cell(value) -> str:
     return str(value)
 
 
-def format_table(rows: list[LayerRow]) -> str:
-    """A fixed-width text table of ``rows``, a totals line and the compression ratio."""
-    body = [[_cell(getattr(r, field)) for _, field in _COLUMNS] for r in rows]
-    total = [_cell(getattr(totals(rows), field)) for _, field in _COLUMNS]
-    header = [title for title, _ in _COLUMNS]
+def format_table(rows: list[LayerRow], include_macs: bool = True) -> str:
+    """A fixed-width text table of ``rows``, a totals line and the compression ratio; without
+    the two MAC columns when ``include_macs`` is False."""
+    columns = _COLUMNS if include_macs else _COLUMNS[:-2]
+    body = [[_cell(getattr(r, field)) for _, field in columns] for r in rows]
+    total = [_cell(getattr(totals(rows), field)) for _, field in columns]
+    header = [title for title, _ in columns]
     widths = [max(len(line[i]) for line in [header, total, *body]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

@@ -1,9 +1,12 @@
 """Shared by the end-to-end tests: where the datasets are, a tiny experiment, the CLI, the
-benchmark scripts, a TensorBoard server."""
+benchmark scripts, a TensorBoard server, Larq's environment and its documentation's examples."""
 
 import contextlib
 import importlib.util
+import json
 import os
+import re
+import textwrap
 import socket
 import subprocess
 import sys
@@ -86,3 +89,43 @@ def tensorboard_server(logdir: Path, timeout: float = 90.0) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def larq_python() -> Path:
+    """The Python of an environment with Larq and tf-keras (which must not share a process
+    with bnn): ``$BNN_LARQ_PYTHON``, else ``larq-env/bin/python`` beside the repository.
+    Skips the calling test, saying why, where there is none."""
+    configured = os.environ.get("BNN_LARQ_PYTHON")
+    python = Path(configured) if configured else ROOT.parent / "larq-env" / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no Larq environment at {python} (set BNN_LARQ_PYTHON to the python of a "
+                    "venv with: pip install tensorflow-cpu tf-keras larq)")
+    check = subprocess.run([str(python), "-c", "import importlib.util as u, sys; sys.exit("
+                            "u.find_spec('larq') is None or u.find_spec('tf_keras') is None)"],
+                           capture_output=True)
+    if check.returncode:
+        pytest.skip(f"{python} has no larq and tf_keras (pip install tf-keras larq there)")
+    return python
+
+
+_LARQ_DOCS = """
+import importlib.metadata, json
+larq = importlib.metadata.distribution("larq")
+print(json.dumps({"version": larq.version, "readme": larq.read_text("METADATA"),
+                  "optimizers": larq.locate_file("larq/optimizers.py").read_text()}))
+"""
+
+
+def larq_documentation_examples() -> dict[str, list[str]]:
+    """The Python examples of Larq's own documentation, as installed in Larq's environment
+    (nothing of Larq's is kept in this repository): ``"readme"``, the code blocks of the README
+    that is the package's description, and ``"optimizers"``, those of ``larq.optimizers``'
+    docstrings, dedented. Also ``"version"``: ``[larq's version]``."""
+    found = json.loads(subprocess.run([str(larq_python()), "-c", _LARQ_DOCS], check=True,
+                                      capture_output=True, text=True, timeout=120).stdout)
+
+    def blocks(text: str) -> list[str]:
+        return [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, re.S)]
+
+    return {"version": [found["version"]], "readme": blocks(found["readme"]),
+            "optimizers": blocks(found["optimizers"])}

@@ -3,6 +3,8 @@ quantizer classes default for default."""
 
 import inspect
 
+import pytest
+
 from bnn import catalog, layers, models, quantizers
 
 
@@ -21,6 +23,13 @@ def test_quantizer_arguments_match_the_quantizer_classes():
     for (name, argument), minimum in catalog.QUANTIZER_MINIMUMS.items():
         assert argument in catalog.QUANTIZER_ARGUMENTS[name]
         quantizers.get({"name": name, argument: minimum})  # the minimum itself is accepted
+        with pytest.raises(ValueError):
+            quantizers.get({"name": name, argument: minimum - 1})
+    for (name, argument), words in catalog.QUANTIZER_CHOICES.items():
+        for word in words:
+            quantizers.get({"name": name, argument: word})
+        with pytest.raises(ValueError):
+            quantizers.get({"name": name, argument: "neither"})
 
 
 def test_precisions_are_the_layers_precisions():

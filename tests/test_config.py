@@ -186,9 +186,12 @@ def test_apply_override_edits_raw_data_in_place():
     assert data["training"] == {"mixed_precision": "float16"}
 
 
-def test_every_model_validates_and_reports_all_its_options_as_hparams():
+def test_every_model_validates_and_reports_all_its_options_as_hparams(tmp_path):
+    saved = tmp_path / "m.keras"
+    saved.write_bytes(b"")  # keras_file needs a file to point at; it is read only when built
     for name in models.names():
-        config = parse_config({"model": {"name": name}})
+        options = {"path": str(saved)} if name == "keras_file" else {}
+        config = parse_config({"model": {"name": name, "options": options}})
         flat = hparams(config)
         assert {k.split(".", 2)[2] for k in flat if k.startswith("model.options.")} == set(
             models.option_names(name)) - {"input_shape", "num_classes"}
@@ -386,3 +389,11 @@ def test_yaml_examples_in_the_docs_are_valid(doc):
     for block in blocks:
         config = parse_config(yaml.safe_load(block), source=doc)
         assert config.optimizer.learning_rate == 3e-3
+
+
+@pytest.mark.parametrize("options, needle", [({}, "is not set"),
+                                             ({"path": "nowhere.keras"}, "nowhere.keras")])
+def test_a_keras_file_model_needs_an_existing_keras_file(options, needle):
+    with pytest.raises(ConfigError, match=needle) as error:
+        parse_config({"model": {"name": "keras_file", "options": options}})
+    assert "model.options.path" in str(error.value)

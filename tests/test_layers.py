@@ -209,3 +209,66 @@ def test_plus_one_padding_by_correction_equals_padding_the_inputs(strides, dilat
                             dilations=dilation).numpy()
     np.testing.assert_array_equal(y, expected)
     assert layer._padding_correction(tf.constant(np_sign(x)), layer.kernel) is not None
+
+
+def _np_signs(a):
+    return np.where(np.asarray(a) >= 0, 1.0, -1.0).astype("float32")
+
+
+@pytest.mark.parametrize("padding, pad_values", [("valid", 0.0), ("same", 0.0), ("same", 1.0),
+                                                 ("same", -1.0)])
+def test_binary_depthwise_and_separable_equal_keras_layers_on_signs(padding, pad_values):
+    x = np.random.default_rng(4).normal(size=(2, 7, 6, 3)).astype("float32")
+    depthwise = bnn.layers.BinaryDepthwiseConv2D(3, padding=padding, pad_values=pad_values,
+                                                 depth_multiplier=2)
+    separable = bnn.layers.BinarySeparableConv2D(4, 3, padding=padding, pad_values=pad_values)
+    y_depthwise, y_separable = np.asarray(depthwise(x)), np.asarray(separable(x))
+    signs = _np_signs(x)
+    if pad_values:  # explicit 'same' padding of the binarized inputs, then a valid convolution
+        signs = np.pad(signs, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=pad_values)
+    keras_padding = "valid" if pad_values else padding
+    ref_d = keras.layers.DepthwiseConv2D(3, padding=keras_padding, depth_multiplier=2,
+                                         use_bias=False)
+    ref_d.build(signs.shape)
+    ref_d.set_weights([_np_signs(depthwise.kernel)])
+    ref_s = keras.layers.SeparableConv2D(4, 3, padding=keras_padding, use_bias=False)
+    ref_s.build(signs.shape)
+    ref_s.set_weights([_np_signs(separable.depthwise_kernel),
+                       _np_signs(separable.pointwise_kernel)])
+    np.testing.assert_allclose(y_depthwise, np.asarray(ref_d(signs)), atol=1e-5)
+    np.testing.assert_allclose(y_separable, np.asarray(ref_s(signs)), atol=1e-5)
+
+
+def test_depthwise_and_separable_float_twins_are_the_keras_layers():
+    x = np.random.default_rng(5).normal(size=(2, 6, 6, 3)).astype("float32")
+    for binary, keras_cls, args in (
+            (bnn.layers.BinaryDepthwiseConv2D, keras.layers.DepthwiseConv2D, (3,)),
+            (bnn.layers.BinarySeparableConv2D, keras.layers.SeparableConv2D, (4, 3))):
+        twin = binary(*args, precision="float", use_bias=True, pad_values=1.0, padding="same")
+        reference = keras_cls(*args, padding="same")
+        twin.build(x.shape)
+        reference.build(x.shape)
+        reference.set_weights(twin.get_weights())
+        assert twin.binary_kernels() == []
+        np.testing.assert_allclose(np.asarray(twin(x)), np.asarray(reference(x)), atol=1e-6)
+
+
+def test_depthwise_and_separable_kernels_are_clipped_listed_and_saved(tmp_path):
+    model = keras.Sequential([
+        keras.Input((6, 6, 3)),
+        bnn.layers.BinaryDepthwiseConv2D(3, padding="same", pad_values=1.0, name="dw",
+                                         depthwise_initializer=keras.initializers.Constant(3.0)),
+        bnn.layers.BinarySeparableConv2D(4, 3, depthwise_quantizer=None, name="sep"),
+    ])
+    dw, sep = model.layers
+    assert np.abs(dw.kernel.numpy()).max() == 1.0  # WeightClip on the initial kernel
+    assert [v.path for v in dw.binary_kernels()] == [dw.kernel.path]
+    assert [v.path for v in sep.binary_kernels()] == [sep.pointwise_kernel.path]
+    assert set(bnn.optimizers.is_binary_variable_of(model).paths) == {"dw/kernel",
+                                                                      "sep/pointwise_kernel"}
+    x = np.random.default_rng(6).normal(size=(2, 6, 6, 3)).astype("float32")
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(model(x)))
+    assert loaded.layers[1].get_config()["depthwise_quantizer"] is None
+    assert loaded.layers[0].pad_values == 1.0

@@ -221,3 +221,34 @@ def test_swish_sign_gradient_is_finite_for_huge_inputs(dtype, big):
 def test_magnitude_aware_sign_output_is_finite_for_large_float16_inputs():
     x = tf.constant([[6e4], [6e4], [1.0]], tf.float16)
     assert np.isfinite(quantizers.magnitude_aware_sign(x).numpy().astype(float)).all()
+
+
+def test_no_op_is_the_identity_in_both_passes_and_keeps_its_precision():
+    x = np.array([-2.0, -0.3, 0.0, 0.7, 5.0])
+    y, g = value_and_grad(quantizers.get("no_op"), x)
+    np.testing.assert_array_equal(y.numpy(), x)
+    np.testing.assert_array_equal(g.numpy(), np.ones_like(x))
+    quantizer = quantizers.get({"name": "no_op", "precision": 8})
+    assert quantizer.precision == 8 and quantizer.get_config() == {"precision": 8}
+    restored = keras.saving.deserialize_keras_object(quantizers.serialize(quantizer))
+    assert restored == quantizer and restored.precision == 8
+
+
+@pytest.mark.parametrize("k_bit", [1, 2, 3])
+def test_dorefa_weights_mode_matches_its_formula(k_bit):
+    x = np.stack([GRID, GRID[::-1] / 2], axis=-1)
+    upstream = np.random.default_rng(1).normal(size=x.shape)
+    quantizer = quantizers.get({"name": "dorefa", "k_bit": k_bit, "mode": "weights"})
+    y, g = value_and_grad(quantizer, tf.constant(x, tf.float64),
+                          tf.constant(upstream, tf.float64))
+    n = 2**k_bit - 1
+    peak = np.abs(np.tanh(x)).max()
+    u = np.tanh(x) / (2 * peak) + 0.5
+    np.testing.assert_allclose(y.numpy(), 2 * np.round(n * u) / n - 1, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g.numpy(), upstream * (1 - np.tanh(x) ** 2) / peak, rtol=1e-9)
+    assert set(np.round((y.numpy().ravel() + 1) / 2 * n, 9)) <= set(range(n + 1))
+
+
+def test_dorefa_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        quantizers.get({"name": "dorefa", "mode": "both"})

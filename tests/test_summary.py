@@ -59,3 +59,17 @@ def test_format_table_lists_every_layer_totals_and_ratio():
 def test_summarize_rejects_unbuilt_model():
     with pytest.raises(ValueError, match="not built"):
         summarize(keras.Sequential([bnn.BinaryDense(3)]))
+
+
+def test_depthwise_and_separable_layers_count_binary_params_and_macs():
+    model = keras.Sequential([
+        keras.Input((8, 8, 3)),
+        bnn.layers.BinaryDepthwiseConv2D(3, depth_multiplier=2, name="dw"),
+        bnn.layers.BinarySeparableConv2D(5, 3, name="sep"),
+    ])
+    dw, sep = summarize(model)
+    assert (dw.binary_params, dw.float_params) == (3 * 3 * 3 * 2, 0)
+    assert dw.binary_macs == 6 * 6 * 3 * 3 * 3 * 2 and dw.float_macs == 0
+    assert sep.binary_params == 3 * 3 * 6 + 6 * 5
+    # the depthwise half is binary (quantized inputs); the pointwise half sees real values
+    assert sep.binary_macs == 4 * 4 * 3 * 3 * 6 and sep.float_macs == 4 * 4 * 6 * 5

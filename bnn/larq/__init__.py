@@ -1,0 +1,23 @@
+"""Larq's API on Keras 3: ``import bnn.larq as lq`` runs Larq model code on bnn.
+
+Larq (https://larq.dev) needs tf-keras; this package gives its public names, arguments and
+documented semantics on bnn's own layers, quantizers and optimizers, so Larq code runs on
+current TensorFlow with the import line changed. :mod:`bnn.larq.convert` turns models saved by
+Larq into Keras 3 ``.keras`` models. Names, the import change and the known differences:
+``docs/migrating-from-larq.md``.
+
+``bnn.larq.convert(path)`` (from :mod:`bnn.larq.conversion`) reads a model saved by Larq and
+returns the Keras 3 bnn model with the same weights and outputs; ``bnn import-larq MODEL -o
+model.keras`` does the same from the command line.
+
+Layers and quantizers built through ``bnn.larq`` are saved as the bnn classes they map to
+(``QuantDense`` as :class:`bnn.layers.BinaryDense`, ``SteSign`` as
+:class:`bnn.quantizers.SteSign`, ...), so a saved model loads after ``import bnn`` alone.
+"""
+
+from bnn.larq import (constraints, context, conversion, layers, math, metrics, models,
+                      optimizers, quantizers)
+from bnn.larq.conversion import ConversionError, convert
+
+__all__ = ["constraints", "context", "conversion", "layers", "math", "metrics", "models",
+           "optimizers", "quantizers", "convert", "ConversionError"]
