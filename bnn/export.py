@@ -26,7 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bnn import quantizers
+from bnn import kernels, quantizers
 from bnn.layers import BinaryConv2D, BinaryDense
 from bnn.rundir import atomic_write
 from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
@@ -381,7 +381,8 @@ def load_packed(path: str | Path, native: bool | None = None) -> PackedModel:
     :mod:`bnn.kernels` where they are available and apply).
 
     Raises:
-        ExportError: for an unreadable, truncated, corrupted or foreign file.
+        ExportError: for an unreadable, truncated, corrupted or foreign file, or a
+            ``BNN_NATIVE_KERNELS`` value :func:`bnn.kernels.setting` cannot read.
         NativeKernelsUnavailable: for ``native=True`` where the native kernels cannot run it.
     """
     path = Path(path)
@@ -390,6 +391,10 @@ def load_packed(path: str | Path, native: bool | None = None) -> PackedModel:
     except OSError as error:
         raise _fail(path, f"cannot read ({error.strerror})", "check the path") from None
     manifest, arrays = _deserialize(data, str(path))
+    try:
+        kernels.setting()
+    except ValueError as error:
+        raise ExportError(str(error)) from None
     try:
         return PackedModel(manifest["stages"], arrays, manifest["input_shape"],
                            manifest.get("input_encoding"), native=native)
