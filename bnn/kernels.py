@@ -1,6 +1,6 @@
 """Native xor-popcount kernels for packed inference, built on first use.
 
-``xor_popcount.cc`` (next to this file) defines four TensorFlow CPU ops in three instruction-set
+``xor_popcount.cc`` (next to this file) defines five TensorFlow CPU ops in three instruction-set
 variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
 registers) and ``"generic"`` (plain C++). The first call to :func:`library` compiles it with the
 host's C++ compiler (``$CXX``, else ``g++`` or ``c++``) against the installed TensorFlow's headers
@@ -37,9 +37,9 @@ import tensorflow as tf
 
 from bnn import cpu
 
-__all__ = ["SOURCE", "VARIANTS", "cache_dir", "setting", "library", "available", "preferred",
-           "variant", "variants", "unavailable_reason", "xor_popcount", "xor_popcount_sign",
-           "threshold_pack", "bitplane_sign"]
+__all__ = ["SOURCE", "VARIANTS", "Ops", "cache_dir", "setting", "library", "available",
+           "preferred", "variant", "variants", "unavailable_reason", "ops", "xor_popcount",
+           "xor_popcount_sign", "xor_popcount_affine", "threshold_pack", "bitplane_sign"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
 #: Instruction-set variants of the ops, slowest first.
@@ -110,7 +110,8 @@ def _target_flags() -> list[str]:
 
 
 def _command(compiler: str, output: Path) -> list[str]:
-    return [compiler, "-O3", *_target_flags(), "-shared", "-fPIC", "-w", str(SOURCE),
+    return [compiler, "-O3", *_target_flags(), "-ffp-contract=off", "-shared", "-fPIC", "-w",
+            str(SOURCE),
             "-o", str(output), *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
@@ -179,6 +180,9 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
     pixels = rng.integers(0, 256, (5, 130)).astype(np.uint8)
     planes = _pack_rows(np.where((pixels.astype(np.int64) @ w >= 100 * threshold) ^ flip,
                                  1.0, -1.0))
+    scale = rng.normal(0, 1, 70).astype(np.float32)
+    shift = rng.normal(0, 1, 70).astype(np.float32)
+    logits = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
     for isa in runs:
         try:
             ok = (np.array_equal(130 - 2 * lib.bnn_xor_popcount(xw, ww, isa=isa).numpy(), dots)
@@ -187,7 +191,9 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
                   and np.array_equal(lib.bnn_threshold_pack(dots, threshold, fw,
                                                             isa=isa).numpy(), expected)
                   and np.array_equal(lib.bnn_bitplane_sign(pixels, ww, 100 * threshold, fw,
-                                                           isa=isa).numpy(), planes))
+                                                           isa=isa).numpy(), planes)
+                  and np.array_equal(lib.bnn_xor_popcount_affine(
+                      xw, ww, scale, shift, n=130, isa=isa).numpy(), logits))
         except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
@@ -254,45 +260,95 @@ def unavailable_reason() -> str | None:
     return _loaded()[2]
 
 
-def _isa(chosen: str | None) -> str:
-    """The op attribute for ``chosen`` (default: :func:`variant`)."""
-    chosen = chosen or variant()
-    if chosen not in VARIANTS:
-        raise ValueError(f"kernel variant must be one of {', '.join(VARIANTS)}, got {chosen!r}")
-    return chosen
+class Ops:
+    """The native ops of one variant, looked up once (see :func:`ops`): for code that calls them
+    many times, such as :class:`bnn.packing.PackedModel` on small batches. Inputs are tensors or
+    arrays of the stated dtypes."""
+
+    def __init__(self, lib, variant: str):
+        self._lib, self.variant = lib, variant
+
+    def xor_popcount(self, x_words: tf.Tensor, w_words: tf.Tensor) -> tf.Tensor:
+        """``(batch, units)`` int32 ``sum_k popcount(x[b, k] XOR w[k, u])`` for int64 words
+        ``x`` ``(batch, words)`` and ``w`` ``(words, units)``."""
+        return self._lib.bnn_xor_popcount(x_words, w_words, isa=self.variant)
+
+    def xor_popcount_sign(self, x_words: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor,
+                          flip: tf.Tensor, n: int) -> tf.Tensor:
+        """Packed bits ``[n - 2 * xor_popcount(x, w) >= threshold] XOR flip``, ``(batch,
+        ceil(units / 64))`` int64, for ``n`` real bits per row."""
+        return self._lib.bnn_xor_popcount_sign(x_words, w_words, threshold, flip, n=int(n),
+                                               isa=self.variant)
+
+    def xor_popcount_affine(self, x_words: tf.Tensor, w_words: tf.Tensor, scale: tf.Tensor,
+                            shift: tf.Tensor, n: int) -> tf.Tensor:
+        """float32 ``(batch, units)`` ``a * scale + shift`` for the dot products ``a = n - 2 *
+        xor_popcount(x, w)``, computed in float64 and rounded once to float32 (the product is
+        exact, so this is the rounding of XLA's fused multiply-add)."""
+        return self._lib.bnn_xor_popcount_affine(x_words, w_words, scale, shift, n=int(n),
+                                                 isa=self.variant)
+
+    def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
+        """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""
+        return self._lib.bnn_threshold_pack(a, threshold, flip, isa=self.variant)
+
+    def bitplane_sign(self, u: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor,
+                      flip: tf.Tensor, encoding: dict[str, float] | None = None) -> tf.Tensor:
+        """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
+        [0, 255] (each example flattened) and a packed ±1 kernel ``w`` ``(words, units)``,
+        exact, from the 8 bit planes of ``u``. ``u`` is uint8, or float32 ``x`` with
+        ``encoding`` ``{"scale": s, "offset": o}``, encoded to ``clip(round((x - o) / s), 0,
+        255)``."""
+        scale, offset = (1.0, 0.0) if encoding is None else (encoding["scale"],
+                                                             encoding["offset"])
+        # every attribute given: eager calls that leave one at its default cost about 18 us more
+        return self._lib.bnn_bitplane_sign(u, w_words, threshold, flip, scale=float(scale),
+                                           offset=float(offset), isa=self.variant)
+
+
+def ops(variant: str | None = None) -> Ops:
+    """The ops of ``variant`` (one of :func:`variants`; default :func:`variant`).
+
+    Raises:
+        RuntimeError: where the kernels are unavailable (:func:`unavailable_reason`).
+        ValueError: for a variant this CPU does not run.
+    """
+    lib, chosen, reason = _loaded()
+    if lib is None:
+        raise RuntimeError(f"native kernels unavailable: {reason}")
+    chosen = variant or chosen
+    if chosen not in variants():
+        raise ValueError(f"kernel variant {chosen!r} does not run here; this CPU runs "
+                         f"{', '.join(variants())}")
+    return Ops(lib, chosen)
 
 
 def xor_popcount(x_words: tf.Tensor, w_words: tf.Tensor, variant: str | None = None
                  ) -> tf.Tensor:
-    """``(batch, units)`` int32 ``sum_k popcount(x[b, k] XOR w[k, u])`` for int64 words
-    ``x`` ``(batch, words)`` and ``w`` ``(words, units)``. ``variant``: one of
-    :func:`variants` (default: :func:`variant`), as for every op here."""
-    return library().bnn_xor_popcount(x_words, w_words, isa=_isa(variant))
+    """:meth:`Ops.xor_popcount` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).xor_popcount(x_words, w_words)
 
 
 def xor_popcount_sign(x_words: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor,
                       flip: tf.Tensor, n: int, variant: str | None = None) -> tf.Tensor:
-    """Packed bits ``[n - 2 * xor_popcount(x, w) >= threshold] XOR flip``, ``(batch,
-    ceil(units / 64))`` int64, for ``n`` real bits per row."""
-    return library().bnn_xor_popcount_sign(x_words, w_words, threshold, flip, n=int(n),
-                                           isa=_isa(variant))
+    """:meth:`Ops.xor_popcount_sign` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).xor_popcount_sign(x_words, w_words, threshold, flip, n)
+
+
+def xor_popcount_affine(x_words: tf.Tensor, w_words: tf.Tensor, scale: tf.Tensor,
+                        shift: tf.Tensor, n: int, variant: str | None = None) -> tf.Tensor:
+    """:meth:`Ops.xor_popcount_affine` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).xor_popcount_affine(x_words, w_words, scale, shift, n)
 
 
 def threshold_pack(a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
                    variant: str | None = None) -> tf.Tensor:
-    """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""
-    return library().bnn_threshold_pack(a, threshold, flip, isa=_isa(variant))
+    """:meth:`Ops.threshold_pack` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).threshold_pack(a, threshold, flip)
 
 
 def bitplane_sign(u: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
                   encoding: dict[str, float] | None = None, variant: str | None = None
                   ) -> tf.Tensor:
-    """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
-    [0, 255] (each example flattened) and a packed ±1 kernel ``w`` ``(words, units)``, exact,
-    from the 8 bit planes of ``u``. ``u`` is uint8, or float32 ``x`` with ``encoding``
-    ``{"scale": s, "offset": o}``, encoded to ``clip(round((x - o) / s), 0, 255)``."""
-    if encoding is None:
-        return library().bnn_bitplane_sign(u, w_words, threshold, flip, isa=_isa(variant))
-    return library().bnn_bitplane_sign(u, w_words, threshold, flip,
-                                       scale=float(encoding["scale"]),
-                                       offset=float(encoding["offset"]), isa=_isa(variant))
+    """:meth:`Ops.bitplane_sign` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).bitplane_sign(u, w_words, threshold, flip, encoding)

@@ -278,8 +278,10 @@ class _Stage(tf.Module):
             n = int(np.prod(self.in_shape))
             if self.output == "bits":
                 return kernels.xor_popcount_sign(x, self.kernel, self.threshold, self.flip, n)
-            dots = n - 2 * kernels.xor_popcount(x, self.kernel)
-            return self._tail_xla(dots) if self.pool else self._logits_float64(dots)
+            if self.pool:
+                return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
+            return kernels.xor_popcount_affine(x, self.kernel, self.logit_scale,
+                                               self.logit_shift, n)
         if self.integer_in and x.dtype == tf.int32 and self.output == "bits":
             return kernels.threshold_pack(x, self.threshold, self.flip)
         return None
@@ -313,21 +315,6 @@ class _Stage(tf.Module):
         if self.pool:
             a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
         return self._norm(a) >= 0
-
-    def _logits_float64(self, dots: tf.Tensor) -> tf.Tensor:
-        """:meth:`logits_numpy` as TensorFlow ops, for a graph: the same float64 arithmetic,
-        without launching an XLA computation for a few thousand multiply-adds."""
-        scale = tf.constant(self.logit_scale_np.astype(np.float64))
-        shift = tf.constant(self.logit_shift_np.astype(np.float64))
-        return tf.cast(tf.cast(dots, tf.float64) * scale + shift, tf.float32)
-
-    def logits_numpy(self, dots: np.ndarray) -> np.ndarray:
-        """The logits stage's affine map in numpy for integer dot products of a stage without
-        pooling, rounded as XLA's fused multiply-add on CPU: the float32 product is exact in
-        float64, so the sum is rounded once (to float64, then float32; the two roundings differ
-        from one only on an exact float32 tie after the first)."""
-        product = dots.astype(np.float64) * self.logit_scale_np.astype(np.float64)
-        return (product + self.logit_shift_np.astype(np.float64)).astype(np.float32)
 
     def real_signs(self, x: tf.Tensor) -> tf.Tensor:
         """The unpacked sign bits of a hidden stage with real inputs (binarized first if the
@@ -423,11 +410,11 @@ class PackedModel(tf.Module):
     Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
     per layer. With native kernels, a model with an integer first stage and packed dense layers
     (the MLP) runs batches under :data:`EAGER_BATCH` as a chain of eager native ops (bit-plane
-    first layer, xor-popcount layers, logits in numpy), with no graph call at all; larger
-    batches, and other models' batches of :data:`LARGE_BATCH` or more, run one graph: the int8
-    first layer (when :func:`int8_matmul_available`), native packed dense layers spread over the
-    intra-op threads, a dense logits stage's affine map in float64 (rounded as XLA's fused
-    multiply-add, like the eager chain's numpy), and the other stages as XLA calls. Without
+    first layer, xor-popcount layers, the logits' xor-popcount and affine map), with no graph
+    call at all; larger batches, and other models' batches of :data:`LARGE_BATCH` or more, run
+    one graph: the int8 first layer (when :func:`int8_matmul_available`), native packed dense
+    layers spread over the intra-op threads (a dense logits stage with its affine map in
+    float64, rounded once as XLA's fused multiply-add), and the other stages as XLA calls. Without
     native kernels, batches under :data:`LARGE_BATCH` run one XLA call (batch 1 with a static
     shape, where an integer first stage uses bit planes), larger ones two independent halves,
     each the int8 first layer and one XLA call for the rest, which TensorFlow can run on two
@@ -479,6 +466,7 @@ class PackedModel(tf.Module):
                     self._entry(in_dtype, mode), jit_compile=mode == "xla" and xla_entry,
                     input_signature=[tf.TensorSpec([batch, *self.input_shape], dtype)])
         self._dispatch = _Dispatch(functions)
+        self._ops = kernels.ops() if self.native else None
         self._chain = self._eager_chain() if self.native else None
         self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=xla_entry,
                                  input_signature=[tf.TensorSpec([None, *self.input_shape])])
@@ -496,7 +484,7 @@ class PackedModel(tf.Module):
             return run(x)
         return entry
 
-    def _eager_chain(self) -> list | None:
+    def _eager_chain(self) -> tuple | None:
         """Constants for running small batches as a chain of eager native ops (no graph call):
         for an integer first stage, packed dense hidden stages and a packed dense logits stage
         without pooling; ``None`` for other models."""
@@ -511,18 +499,19 @@ class PackedModel(tf.Module):
         chain = [(const(first.kernel_words), const(first.threshold), const(first.flip))]
         chain += [(const(st.kernel), const(st.threshold), const(st.flip),
                    int(np.prod(st.in_shape))) for st in middle]
-        return chain + [(const(last.kernel), int(np.prod(last.in_shape)))]
+        chain += [(const(last.kernel), last.logit_scale, last.logit_shift,
+                   int(np.prod(last.in_shape)))]
+        return tuple(chain)
 
     def _eager(self, x: tf.Tensor) -> tf.Tensor:
-        """A small batch through :meth:`_eager_chain`: a few eager native ops and numpy for the
-        logits, which round exactly as the XLA paths' multiply and add."""
-        words = kernels.bitplane_sign(x, *self._chain[0], encoding=(
+        """A small batch through :meth:`_eager_chain`: one eager native op per stage, the last
+        one computing the logits (rounded as the XLA paths' fused multiply-add)."""
+        ops = self._ops
+        words = ops.bitplane_sign(x, *self._chain[0], encoding=(
             None if x.dtype == tf.uint8 else self.input_encoding))
         for kernel, threshold, flip, n in self._chain[1:-1]:
-            words = kernels.xor_popcount_sign(words, kernel, threshold, flip, n)
-        kernel, n = self._chain[-1]
-        dots = n - 2 * kernels.xor_popcount(words, kernel).numpy()
-        return tf.constant(self.stages[-1].logits_numpy(dots))
+            words = ops.xor_popcount_sign(words, kernel, threshold, flip, n)
+        return ops.xor_popcount_affine(words, *self._chain[-1])
 
     def _native(self, x: tf.Tensor) -> tf.Tensor:
         """Packed dense stages (and the integer first stage's threshold) on the native kernels,

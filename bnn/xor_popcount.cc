@@ -10,6 +10,9 @@
 //   BnnXorPopcountSign(x, w, threshold (units) int32, flip (ceil(units / 64)) int64, n)
 //       -> (batch, ceil(units / 64)) int64: bit u of row b is [n - 2 * mismatches >= threshold[u]],
 //       then XOR flip; pad bits past `units` are 0.
+//   BnnXorPopcountAffine(x, w, scale (units) float32, shift (units) float32, n)
+//       -> (batch, units) float32 logits: float32(double(n - 2 * mismatches) * scale + shift), the
+//       product exact in double and the sum rounded once (as XLA's fused multiply-add on CPU).
 //   BnnThresholdPack(a (batch, units) int32, threshold, flip) -> the same words for a >= threshold.
 //   BnnBitplaneSign(u (batch, ...) uint8 or float, w, threshold, flip) -> the same words for the
 //       exact integer product u . w of 8-bit pixels (floats are encoded to pixels first).
@@ -458,6 +461,21 @@ REGISTER_OP("BnnXorPopcountSign")
       return Status();
     });
 
+REGISTER_OP("BnnXorPopcountAffine")
+    .Input("x: int64")
+    .Input("w: int64")
+    .Input("scale: float")
+    .Input("shift: float")
+    .Attr("n: int")
+    .Attr(BNN_VARIANT_ATTR)
+    .Output("logits: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x, w;
+      TF_RETURN_IF_ERROR(MatrixShapes(c, &x, &w));
+      c->set_output(0, c->Matrix(c->Dim(x, 0), c->Dim(w, 1)));
+      return Status();
+    });
+
 REGISTER_OP("BnnThresholdPack")
     .Input("a: int32")
     .Input("threshold: int32")
@@ -517,8 +535,9 @@ class XorPopcountOp : public OpKernel {
  public:
   explicit XorPopcountOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ResolveIsa(ctx, &isa_));
-    sign_ = ctx->HasAttr("n");
-    if (sign_) OP_REQUIRES_OK(ctx, ctx->GetAttr("n", &n_));
+    const std::string& op = type_string();
+    mode_ = op == "BnnXorPopcountSign" ? kSign : op == "BnnXorPopcountAffine" ? kAffine : kCounts;
+    if (mode_ != kCounts) OP_REQUIRES_OK(ctx, ctx->GetAttr("n", &n_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -533,21 +552,31 @@ class XorPopcountOp : public OpKernel {
     const int64_t out_words = (units + kGroup - 1) / kGroup;
     const int32_t* threshold = nullptr;
     const int64_t* flip = nullptr;
-    if (sign_) {
+    const float* scale = nullptr;
+    const float* shift = nullptr;
+    if (mode_ == kSign) {
       if (!CheckThresholds(ctx, ctx->input(2), ctx->input(3), units)) return;
       threshold = ctx->input(2).flat<int32_t>().data();
       flip = ctx->input(3).flat<int64_t>().data();
+    } else if (mode_ == kAffine) {
+      for (int i : {2, 3})
+        OP_REQUIRES(ctx, ctx->input(i).dims() == 1 && ctx->input(i).dim_size(0) == units,
+                    InvalidArgument(i == 2 ? "scale" : "shift", " must have shape (", units,
+                                    "), got ", ctx->input(i).shape().DebugString()));
+      scale = ctx->input(2).flat<float>().data();
+      shift = ctx->input(3).flat<float>().data();
     }
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            0, TensorShape({batch, sign_ ? out_words : units}), &out));
+                            0, TensorShape({batch, mode_ == kSign ? out_words : units}), &out));
     if (batch == 0 || units == 0) return;
     const Rows rows_in(x.flat<int64_t>().data(), batch, words, isa_);
     const int64_t* wp = w.flat<int64_t>().data();
-    int32_t* counts_out = sign_ ? nullptr : out->flat<int32_t>().data();
-    int64_t* words_out = sign_ ? out->flat<int64_t>().data() : nullptr;
+    int32_t* counts_out = mode_ == kCounts ? out->flat<int32_t>().data() : nullptr;
+    int64_t* words_out = mode_ == kSign ? out->flat<int64_t>().data() : nullptr;
+    float* logits_out = mode_ == kAffine ? out->flat<float>().data() : nullptr;
     const int64_t n = n_;
-    const bool sign = sign_;
+    const Mode mode = mode_;
     const Isa isa = isa_;
 
     // Units of work: (group of 64 units, chunk of up to kChunk rows), chunk-major, so that
@@ -563,11 +592,19 @@ class XorPopcountOp : public OpKernel {
         CountGroup<false>(isa, rows_in, wp, r0, rows, units, u0, width, counts);
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t* c = counts + r * kGroup;
-          if (sign)
+          if (mode == kSign) {
             words_out[(r0 + r) * out_words + g] = PackWord(
                 isa, c, threshold + u0, width, -2, static_cast<int32_t>(n), flip[g]);
-          else
+          } else if (mode == kAffine) {
+            float* row = logits_out + (r0 + r) * units + u0;
+            for (int64_t j = 0; j < width; ++j) {
+              const double dot = static_cast<double>(n - 2 * static_cast<int64_t>(c[j]));
+              row[j] = static_cast<float>(dot * static_cast<double>(scale[u0 + j]) +
+                                          static_cast<double>(shift[u0 + j]));
+            }
+          } else {
             std::memcpy(counts_out + (r0 + r) * units + u0, c, width * sizeof(int32_t));
+          }
         }
       }
     };
@@ -579,8 +616,9 @@ class XorPopcountOp : public OpKernel {
   }
 
  private:
+  enum Mode { kCounts, kSign, kAffine };
   Isa isa_ = kGeneric;
-  bool sign_ = false;
+  Mode mode_ = kCounts;
   int64_t n_ = 0;
 };
 
@@ -734,6 +772,7 @@ REGISTER_KERNEL_BUILDER(
     Name("BnnBitplaneSign").Device(DEVICE_CPU).TypeConstraint<float>("T"),
     BitplaneSignOp<float>);
 REGISTER_KERNEL_BUILDER(Name("BnnXorPopcountSign").Device(DEVICE_CPU), XorPopcountOp);
+REGISTER_KERNEL_BUILDER(Name("BnnXorPopcountAffine").Device(DEVICE_CPU), XorPopcountOp);
 REGISTER_KERNEL_BUILDER(Name("BnnThresholdPack").Device(DEVICE_CPU), ThresholdPackOp);
 REGISTER_KERNEL_BUILDER(Name("BnnKernelVariants").Device(DEVICE_CPU), KernelVariantsOp);
 

@@ -89,6 +89,10 @@ def test_kernels_equal_numpy_at_layer_sizes(variant, batch, n, units):
         kernels.xor_popcount_sign(xw, ww, threshold, _flip_words(flip), n,
                                   variant=variant).numpy(),
         _expected_words(dots, threshold, flip))
+    scale, shift = (rng.normal(0, 0.1, units).astype(np.float32) for _ in range(2))
+    logits = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(  # float64 products are exact: one rounding, bit for bit
+        kernels.xor_popcount_affine(xw, ww, scale, shift, n, variant=variant).numpy(), logits)
 
 
 @needs_native
