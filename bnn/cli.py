@@ -6,8 +6,8 @@ one-line errors with exit code 2.
     bnn summary CONFIG.yaml
     bnn bench [--quick] [--json PATH] ...
     bnn export SOURCE -o MODEL.bnn
-    bnn evaluate MODEL --dataset NAME [--json PATH]
-    bnn predict MODEL INPUT.npy [--dataset NAME] [-o OUT.npy]
+    bnn evaluate MODEL --dataset NAME [--compare MODEL] [--json PATH]
+    bnn predict MODEL INPUT.npy --dataset NAME [--compare MODEL] [-o OUT.npy]
 """
 
 from __future__ import annotations
@@ -62,14 +62,26 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("model")
     evaluate.add_argument("--dataset", required=True)
     evaluate.add_argument("--data-dir")
-    evaluate.add_argument("--batch-size", type=int, default=500)
     evaluate.add_argument("--json", help="also write the figures to this JSON file")
     predict = sub.add_parser("predict", help="predicted classes for inputs in a .npy file")
     predict.add_argument("model")
     predict.add_argument("inputs", help=".npy array of raw images (uint8, N×H×W[×C])")
     predict.add_argument("--dataset", required=True, help="dataset whose normalization to apply")
     predict.add_argument("-o", "--output", help="write logits to this .npy file")
+    for p in (evaluate, predict):
+        p.add_argument("--compare", metavar="MODEL", help="also time this model (e.g. the float "
+                       "twin's model.keras) the same way, interleaved, and print the speed-up")
+        p.add_argument("--batch-size", type=_positive, help="examples per call (default: the "
+                       "fastest of 64, 256, 1024, calibrated on the data)")
+        p.add_argument("--workers", type=_positive, help="batches in flight at once (default: "
+                       "the faster of 1 and 2, calibrated)")
     return parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -156,8 +168,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     arrays = data.load_arrays(args.dataset, args.data_dir)
     x = data.normalize(args.dataset, arrays.x_test)
-    figures = export.evaluate(args.model, x, arrays.y_test, batch_size=args.batch_size)
-    figures = {"model": str(args.model), "dataset": args.dataset, **figures}
+    figures = export.evaluate(args.model, x, arrays.y_test, batch_size=args.batch_size,
+                              workers=args.workers, compare=args.compare)
+    figures = {"dataset": args.dataset, **figures}
     print(json.dumps(figures, indent=2))
     if args.json:
         from bnn.rundir import write_json
@@ -167,7 +180,6 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    import keras
     import numpy as np
 
     from bnn import data, export
@@ -178,14 +190,18 @@ def _predict(args: argparse.Namespace) -> int:
         raise export.ExportError(f"{args.inputs}: cannot read a .npy array ({error})") from None
     if raw.ndim == 3:
         raw = raw[..., None]
-    model = export.load_any(args.model)
     x = data.normalize(args.dataset, raw)
-    logits = np.asarray(model.predict(x, verbose=0) if isinstance(model, keras.Model)
-                        else model.predict(x))
-    for i, label in enumerate(logits.argmax(axis=-1)):
+    result = export.predict(args.model, x, batch_size=args.batch_size, workers=args.workers,
+                            compare=args.compare)
+    for i, label in enumerate(result["logits"].argmax(axis=-1)):
         print(f"{i}\t{label}")
     if args.output:
-        np.save(args.output, logits)
+        np.save(args.output, result["logits"])
+    for figures in [result] + ([result["compare"]] if args.compare else []):
+        print(f"bnn: {figures['model']}: {figures['examples_per_second']:,.0f} examples/s "
+              f"(batch {figures['batch_size']}, {figures['workers']} in flight)", file=sys.stderr)
+    if args.compare:
+        print(f"bnn: speed-up over {args.compare}: {result['speedup']:.2f}x", file=sys.stderr)
     return 0
 
 

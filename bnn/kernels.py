@@ -2,7 +2,9 @@
 
 ``xor_popcount.cc`` (next to this file) defines five TensorFlow CPU ops in three instruction-set
 variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
-registers) and ``"generic"`` (plain C++). The first call to :func:`library` compiles it with the
+registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, the same
+compared with thresholds and packed, or mapped to logits, thresholds of int32 products, and the
+exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`). The first call to :func:`library` compiles it with the
 host's C++ compiler (``$CXX``, else ``g++`` or ``c++``) against the installed TensorFlow's headers
 (on x86 for a baseline x86-64 CPU, each vector variant with its own per-function target, so one
 build runs every variant the CPU has), caches the shared library under :func:`cache_dir`, loads it
@@ -38,8 +40,9 @@ import tensorflow as tf
 from bnn import cpu
 
 __all__ = ["SOURCE", "VARIANTS", "Ops", "cache_dir", "setting", "library", "available",
-           "preferred", "variant", "variants", "unavailable_reason", "ops", "xor_popcount",
-           "xor_popcount_sign", "xor_popcount_affine", "threshold_pack", "bitplane_sign"]
+           "preferred", "variant", "variants", "unavailable_reason", "ops", "table_kernel",
+           "xor_popcount", "xor_popcount_sign", "xor_popcount_affine", "threshold_pack",
+           "pixel_table_sign"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
 #: Instruction-set variants of the ops, slowest first.
@@ -178,8 +181,9 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
     xw, ww = _pack_rows(x), np.ascontiguousarray(_pack_rows(w.T).T)
     fw = _pack_rows(np.where(flip, 1.0, -1.0))[0]
     pixels = rng.integers(0, 256, (5, 130)).astype(np.uint8)
-    planes = _pack_rows(np.where((pixels.astype(np.int64) @ w >= 100 * threshold) ^ flip,
-                                 1.0, -1.0))
+    products = _pack_rows(np.where((pixels.astype(np.int64) @ w >= 100 * threshold) ^ flip,
+                                   1.0, -1.0))
+    table = table_kernel(ww, 130)
     scale = rng.normal(0, 1, 70).astype(np.float32)
     shift = rng.normal(0, 1, 70).astype(np.float32)
     logits = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
@@ -190,8 +194,9 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
                                                                 isa=isa).numpy(), expected)
                   and np.array_equal(lib.bnn_threshold_pack(dots, threshold, fw,
                                                             isa=isa).numpy(), expected)
-                  and np.array_equal(lib.bnn_bitplane_sign(pixels, ww, 100 * threshold, fw,
-                                                           isa=isa).numpy(), planes)
+                  and np.array_equal(lib.bnn_pixel_table_sign(
+                      pixels, table, 100 * threshold, fw, scale=1.0, offset=0.0,
+                      isa=isa).numpy(), products)
                   and np.array_equal(lib.bnn_xor_popcount_affine(
                       xw, ww, scale, shift, n=130, isa=isa).numpy(), logits))
         except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
@@ -292,18 +297,39 @@ class Ops:
         """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""
         return self._lib.bnn_threshold_pack(a, threshold, flip, isa=self.variant)
 
-    def bitplane_sign(self, u: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor,
-                      flip: tf.Tensor, encoding: dict[str, float] | None = None) -> tf.Tensor:
+    def pixel_table_sign(self, u: tf.Tensor, w_table: tf.Tensor, threshold: tf.Tensor,
+                         flip: tf.Tensor, encoding: dict[str, float] | None = None
+                         ) -> tf.Tensor:
         """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
-        [0, 255] (each example flattened) and a packed ±1 kernel ``w`` ``(words, units)``,
-        exact, from the 8 bit planes of ``u``. ``u`` is uint8, or float32 ``x`` with
-        ``encoding`` ``{"scale": s, "offset": o}``, encoded to ``clip(round((x - o) / s), 0,
-        255)``."""
+        [0, 255] (each example flattened) and a ±1 kernel ``w`` given as :func:`table_kernel`,
+        exact. ``u`` is uint8, or float32 ``x`` with ``encoding`` ``{"scale": s, "offset":
+        o}``, encoded to ``clip(round((x - o) / s), 0, 255)``.
+
+        With ``u . w = 2 * (u . b) - sum(u)`` for the weight bits ``b`` and ``u = 16 * h + l``
+        for the pixels' nibbles, ``u . b = 16 * (h . b) + l . b``; per group of 4 pixels, the
+        16 sums of their low (high) nibbles over the subsets of the group form a table that
+        each unit's 4 weight bits index."""
         scale, offset = (1.0, 0.0) if encoding is None else (encoding["scale"],
                                                              encoding["offset"])
         # every attribute given: eager calls that leave one at its default cost about 18 us more
-        return self._lib.bnn_bitplane_sign(u, w_words, threshold, flip, scale=float(scale),
-                                           offset=float(offset), isa=self.variant)
+        return self._lib.bnn_pixel_table_sign(u, w_table, threshold, flip, scale=float(scale),
+                                              offset=float(offset), isa=self.variant)
+
+
+def table_kernel(w_words: np.ndarray, n: int) -> np.ndarray:
+    """The ±1 kernel of packed words ``w_words`` ``(ceil(n / 64), units)`` in the layout of
+    :meth:`Ops.pixel_table_sign`: uint8 ``(blocks, groups, 32)``, ``groups = ceil(n / 4)``,
+    ``blocks = 2 * ceil(units / 64)``; byte ``[u // 32, g, u % 32]`` holds bits ``4 g`` to
+    ``4 g + 3`` of unit ``u``'s weights (1 for +1; bits past ``n`` and pad units 0)."""
+    w_words = np.asarray(w_words, np.int64)
+    units = w_words.shape[1]
+    groups, blocks = -(-n // 4), 2 * -(-units // 64)
+    as_bytes = np.ascontiguousarray(w_words.T).astype("<i8").view(np.uint8)
+    bits = np.unpackbits(as_bytes, axis=1, bitorder="little")[:, :n]  # (units, n)
+    bits = np.pad(bits, [(0, blocks * 32 - units), (0, groups * 4 - n)])
+    nibbles = (bits.reshape(blocks * 32, groups, 4) << np.arange(4, dtype=np.uint8)).sum(-1)
+    return np.ascontiguousarray(
+        nibbles.reshape(blocks, 32, groups).transpose(0, 2, 1).astype(np.uint8))
 
 
 def ops(variant: str | None = None) -> Ops:
@@ -347,8 +373,8 @@ def threshold_pack(a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
     return ops(variant).threshold_pack(a, threshold, flip)
 
 
-def bitplane_sign(u: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
-                  encoding: dict[str, float] | None = None, variant: str | None = None
-                  ) -> tf.Tensor:
-    """:meth:`Ops.bitplane_sign` of ``variant`` (default: :func:`variant`)."""
-    return ops(variant).bitplane_sign(u, w_words, threshold, flip, encoding)
+def pixel_table_sign(u: tf.Tensor, w_table: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
+                     encoding: dict[str, float] | None = None, variant: str | None = None
+                     ) -> tf.Tensor:
+    """:meth:`Ops.pixel_table_sign` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).pixel_table_sign(u, w_table, threshold, flip, encoding)

@@ -30,12 +30,12 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from bnn import kernels
+from bnn import cpu, kernels
 from bnn.bitops import WORD_BITS, pack, same_pads, xor_popcount_conv2d, xor_popcount_matmul
 
 __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
-           "int8_matmul_available", "PackedModel", "NativeKernelsUnavailable", "WORD_BITS",
-           "LARGE_BATCH", "EAGER_BATCH"]
+           "int8_matmul_available", "int8_first_layer_preferred", "PackedModel",
+           "NativeKernelsUnavailable", "WORD_BITS", "LARGE_BATCH", "EAGER_BATCH"]
 
 #: Batches of at least this many examples run the int8 oneDNN first layer (when available) and
 #: split the XLA part into two halves that run concurrently; smaller batches run one XLA call.
@@ -144,9 +144,11 @@ class _Stage(tf.Module):
             self.kernel = tf.Variable(unpack_bits(arrays["kernel"], n, axis=axis),
                                       trainable=False, name="kernel")
         self.bias = const("bias", tf.float32) if "bias" in arrays else None
-        if self.integer_in:  # exact integer products u . w: int8 kernel for oneDNN, and words
-            self.kernel_int8 = self.kernel.numpy().astype(np.int8)
+        if self.integer_in:  # exact integer products u . w: int8 kernel for oneDNN, words, and
+            self.kernel_int8 = self.kernel.numpy().astype(np.int8)  # the native pixel tables'
             self.kernel_words = const("kernel", tf.int64)
+            self.kernel_table = tf.constant(kernels.table_kernel(
+                arrays["kernel"], int(np.prod(self.in_shape))))
         if self.output == "bits" and (self.packed_in or self.integer_in):
             self.threshold = const("threshold", tf.int32)
             self.flip = const("flip", tf.int64)
@@ -271,8 +273,8 @@ class _Stage(tf.Module):
 
     def native_call(self, x: tf.Tensor) -> tf.Tensor | None:
         """The stage through the native kernels (:mod:`bnn.kernels`) where they apply: a packed
-        dense stage, or the threshold of an integer first stage given its int32 products;
-        ``None`` elsewhere. Same integers as :meth:`__call__`."""
+        dense stage, or an integer first stage given its uint8 pixels (pixel tables) or its
+        int32 products (thresholds); ``None`` elsewhere. Same integers as :meth:`__call__`."""
         if self.packed_in and self.op == "dense":
             x = tf.reshape(x, [-1, int(x.shape[-1])])
             n = int(np.prod(self.in_shape))
@@ -282,6 +284,8 @@ class _Stage(tf.Module):
                 return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
             return kernels.xor_popcount_affine(x, self.kernel, self.logit_scale,
                                                self.logit_shift, n)
+        if self.integer_in and x.dtype == tf.uint8 and self.output == "bits":
+            return kernels.pixel_table_sign(x, self.kernel_table, self.threshold, self.flip)
         if self.integer_in and x.dtype == tf.int32 and self.output == "bits":
             return kernels.threshold_pack(x, self.threshold, self.flip)
         return None
@@ -370,6 +374,17 @@ def int8_matmul_available() -> bool:
 
 
 _INT8_MATMUL: bool | None = None
+
+
+def int8_first_layer_preferred() -> bool:
+    """Whether, with native kernels, an integer first stage of a batch of :data:`LARGE_BATCH` or
+    more takes oneDNN's int8 product (:func:`int8_matmul_available`) rather than the native
+    pixel tables (:meth:`bnn.kernels.Ops.pixel_table_sign`): where the CPU has VNNI (AVX-512 or
+    AVX), whose int8 dot products the tables do not beat. Per example of a 784 -> 2048 layer,
+    batch 1024, on an AVX-512 CPU with oneDNN limited to each instruction set: AVX2 21 us
+    against 12 us for the tables, AVX2 with VNNI 12 against 12, AVX-512 with VNNI 9 against 12,
+    all of it (AMX) 7 against 12 (docs/export.md)."""
+    return bool(cpu.flags() & {"avx512_vnni", "avx_vnni"})
 
 
 class NativeKernelsUnavailable(RuntimeError):
@@ -496,7 +511,7 @@ class PackedModel(tf.Module):
                 and not last.pool):
             return None
         const = lambda v: tf.constant(v.numpy())  # noqa: E731
-        chain = [(const(first.kernel_words), const(first.threshold), const(first.flip))]
+        chain = [(first.kernel_table, const(first.threshold), const(first.flip))]
         chain += [(const(st.kernel), const(st.threshold), const(st.flip),
                    int(np.prod(st.in_shape))) for st in middle]
         chain += [(const(last.kernel), last.logit_scale, last.logit_shift,
@@ -507,16 +522,17 @@ class PackedModel(tf.Module):
         """A small batch through :meth:`_eager_chain`: one eager native op per stage, the last
         one computing the logits (rounded as the XLA paths' fused multiply-add)."""
         ops = self._ops
-        words = ops.bitplane_sign(x, *self._chain[0], encoding=(
+        words = ops.pixel_table_sign(x, *self._chain[0], encoding=(
             None if x.dtype == tf.uint8 else self.input_encoding))
         for kernel, threshold, flip, n in self._chain[1:-1]:
             words = ops.xor_popcount_sign(words, kernel, threshold, flip, n)
         return ops.xor_popcount_affine(words, *self._chain[-1])
 
     def _native(self, x: tf.Tensor) -> tf.Tensor:
-        """Packed dense stages (and the integer first stage's threshold) on the native kernels,
-        each other stage as one XLA call; the kernels use all intra-op threads."""
-        if self._int8:
+        """Packed dense stages and an integer first stage on the native kernels (that stage's
+        products by oneDNN's int8 inner product where :func:`int8_first_layer_preferred`), each
+        other stage as one XLA call; the kernels use all intra-op threads."""
+        if self._int8 and int8_first_layer_preferred():
             x = self.stages[0].integer_product(x)
         for i, stage in enumerate(self.stages):
             if i == 0 and self._real_first:
@@ -578,6 +594,19 @@ class PackedModel(tf.Module):
         ``x`` holds normalized float inputs or, for a model with an input encoding, uint8
         pixels; float inputs of such a model must lie on its pixel grid ``scale * u + offset``.
         """
+        x = self.prepare(x)
+        parts = [self(x[i:i + batch_size]).numpy() for i in range(0, len(x), batch_size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.stages[-1].units), np.float32)
+
+    def prepare(self, x) -> np.ndarray:
+        """``x`` checked and converted for :meth:`__call__`: for a model with an input encoding,
+        uint8 pixels (float inputs must lie on its pixel grid, and become the pixels they
+        encode, which give identical logits); otherwise float32.
+
+        Raises:
+            ValueError: for inputs of the wrong shape, or float inputs of an encoded model that
+                are not on its pixel grid.
+        """
         x = np.asarray(x)
         if x.dtype != np.uint8 or self.input_encoding is None:
             x = x.astype(np.float32)
@@ -592,8 +621,8 @@ class PackedModel(tf.Module):
                 raise ValueError(f"inputs are not pixels u in [0, 255] normalized as "
                                  f"{scale:.6g} * u + {offset:.6g} (off by up to {error:.3g}); "
                                  "pass the uint8 pixels or inputs normalized the same way")
-        parts = [self(x[i:i + batch_size]).numpy() for i in range(0, len(x), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.stages[-1].units), np.float32)
+            return u.astype(np.uint8)
+        return x
 
     def save_savedmodel(self, path: str) -> None:
         """Writes a TensorFlow SavedModel whose ``serving_default`` signature maps float32

@@ -14,11 +14,12 @@
 //       -> (batch, units) float32 logits: float32(double(n - 2 * mismatches) * scale + shift), the
 //       product exact in double and the sum rounded once (as XLA's fused multiply-add on CPU).
 //   BnnThresholdPack(a (batch, units) int32, threshold, flip) -> the same words for a >= threshold.
-//   BnnBitplaneSign(u (batch, ...) uint8 or float, w, threshold, flip) -> the same words for the
-//       exact integer product u . w of 8-bit pixels (floats are encoded to pixels first).
+//   BnnPixelTableSign(u (batch, ...) uint8 or float, w (blocks, groups, 32) uint8, threshold,
+//       flip) -> the same words for the exact integer product u . w of 8-bit pixels u (floats
+//       encoded to pixels first) with +-1 weights, whose bits w holds by groups of 4 pixels.
 //   BnnKernelVariants() -> the instruction-set variants this CPU runs, best last.
 //
-// Every op has a `variant` attribute: "generic" (plain C++), "avx2", "avx512" (AVX-512 with
+// Every op has an `isa` attribute: "generic" (plain C++), "avx2", "avx512" (AVX-512 with
 // VPOPCNTDQ), or "auto" (the best this CPU runs). The vector variants are compiled with
 // per-function target attributes, so one build serves every x86-64 CPU; an op refuses a variant
 // the CPU lacks instead of faulting.
@@ -32,8 +33,11 @@
 // VPSADBW sums each 64-bit lane's bytes into that unit's count. A tile of 3 rows x 8 units keeps
 // 6 byte accumulators, 4 nibble registers of w, the table and 2 broadcast x nibbles in the 16
 // vector registers.
+// The first layer on pixels (BnnPixelTableSign, see BuildTables) looks up, for each group of 4
+// pixels, sums of their nibbles in 16-entry tables indexed by a unit's 4 weight bits: VPSHUFB
+// serves 32 units at once (the AVX-512 variant runs the AVX2 code).
 // Work is split over TensorFlow's intra-op threads in tiles of 64 units (one output word) by 36
-// rows (3 examples, 24 bit-plane rows, for the first layer).
+// rows (8 examples for the first layer).
 
 #include <algorithm>
 #include <cmath>
@@ -115,7 +119,6 @@ Status ResolveIsa(OpKernelConstruction* ctx, Isa* isa) {
 
 // ---- counting: counts[r * 64 + u] for rows r < rows of x and units u0 + u, u < width <= 64 ----
 
-template <bool kAnd>
 void CountGroupGeneric(const int64_t* x, const int64_t* w, int64_t rows, int64_t words,
                        int64_t units, int64_t u0, int64_t width, int32_t* counts) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -123,8 +126,7 @@ void CountGroupGeneric(const int64_t* x, const int64_t* w, int64_t rows, int64_t
     for (int64_t u = 0; u < width; ++u) {
       int32_t c = 0;
       for (int64_t k = 0; k < words; ++k)
-        c += __builtin_popcountll(static_cast<uint64_t>(
-            kAnd ? xr[k] & w[k * units + u0 + u] : xr[k] ^ w[k * units + u0 + u]));
+        c += __builtin_popcountll(static_cast<uint64_t>(xr[k] ^ w[k * units + u0 + u]));
       counts[r * kGroup + u] = c;
     }
   }
@@ -136,7 +138,7 @@ constexpr int kRows512 = 6;  // AVX-512 tile: 6 rows x 4 registers of 8 units
 // Counts for exactly R rows of x starting at xr (row stride `words`) against the (up to) 32
 // units of w starting at column col whose load masks are `mask`, into counts[r * 64 + u].
 // R is a compile-time constant so that the R x 4 accumulators stay in registers.
-template <bool kAnd, int R>
+template <int R>
 BNN_TARGET_AVX512 inline void TileAvx512(const int64_t* xr, const int64_t* w, int64_t words,
                                          int64_t units, int64_t col, const __mmask8* mask,
                                          int32_t* counts) {
@@ -151,8 +153,7 @@ BNN_TARGET_AVX512 inline void TileAvx512(const int64_t* xr, const int64_t* w, in
       const __m512i xv = _mm512_set1_epi64(xr[r * words + k]);
       BNN_UNROLL for (int j = 0; j < 4; ++j)
         acc[r][j] = _mm512_add_epi64(
-            acc[r][j], _mm512_popcnt_epi64(kAnd ? _mm512_and_si512(xv, wv[j])
-                                                : _mm512_xor_si512(xv, wv[j])));
+            acc[r][j], _mm512_popcnt_epi64(_mm512_xor_si512(xv, wv[j])));
     }
   }
   BNN_UNROLL for (int r = 0; r < R; ++r)
@@ -161,7 +162,6 @@ BNN_TARGET_AVX512 inline void TileAvx512(const int64_t* xr, const int64_t* w, in
                                _mm512_cvtepi64_epi32(acc[r][j]));
 }
 
-template <bool kAnd>
 BNN_TARGET_AVX512 void CountGroupAvx512(const int64_t* x, const int64_t* w, int64_t rows,
                                         int64_t words, int64_t units, int64_t u0, int64_t width,
                                         int32_t* counts) {
@@ -175,16 +175,16 @@ BNN_TARGET_AVX512 void CountGroupAvx512(const int64_t* x, const int64_t* w, int6
     const int64_t col = u0 + half;
     int64_t r0 = 0;
     for (; r0 + kRows512 <= rows; r0 += kRows512)
-      TileAvx512<kAnd, kRows512>(x + r0 * words, w, words, units, col, mask,
+      TileAvx512<kRows512>(x + r0 * words, w, words, units, col, mask,
                                  counts + r0 * kGroup + half);
     const int64_t* xr = x + r0 * words;
     int32_t* tail = counts + r0 * kGroup + half;
     switch (rows - r0) {  // the last rows, fewer than a tile
-      case 5: TileAvx512<kAnd, 5>(xr, w, words, units, col, mask, tail); break;
-      case 4: TileAvx512<kAnd, 4>(xr, w, words, units, col, mask, tail); break;
-      case 3: TileAvx512<kAnd, 3>(xr, w, words, units, col, mask, tail); break;
-      case 2: TileAvx512<kAnd, 2>(xr, w, words, units, col, mask, tail); break;
-      case 1: TileAvx512<kAnd, 1>(xr, w, words, units, col, mask, tail); break;
+      case 5: TileAvx512<5>(xr, w, words, units, col, mask, tail); break;
+      case 4: TileAvx512<4>(xr, w, words, units, col, mask, tail); break;
+      case 3: TileAvx512<3>(xr, w, words, units, col, mask, tail); break;
+      case 2: TileAvx512<2>(xr, w, words, units, col, mask, tail); break;
+      case 1: TileAvx512<1>(xr, w, words, units, col, mask, tail); break;
       default: break;
     }
   }
@@ -198,7 +198,7 @@ constexpr int64_t kByteBlock = 31;  // words whose byte counts (<= 8 each) fit i
 // Counts for exactly R rows, given as the low (lo) and high (hi) nibbles of their words (row
 // stride `words`), against the 4 * J units of w starting at column col (lanes past the end of w
 // masked off by `mask` when kMasked), into counts[r * 64 + u].
-template <bool kAnd, int R, int J, bool kMasked>
+template <int R, int J, bool kMasked>
 BNN_TARGET_AVX2 inline void TileAvx2(const int64_t* lo, const int64_t* hi, const int64_t* w,
                                      int64_t words, int64_t units, int64_t col,
                                      const __m256i* mask, int32_t* counts) {
@@ -226,8 +226,8 @@ BNN_TARGET_AVX2 inline void TileAvx2(const int64_t* lo, const int64_t* hi, const
         const __m256i xl = _mm256_set1_epi64x(lo[r * words + k]);
         const __m256i xh = _mm256_set1_epi64x(hi[r * words + k]);
         BNN_UNROLL for (int j = 0; j < J; ++j) {
-          const __m256i a = kAnd ? _mm256_and_si256(xl, wl[j]) : _mm256_xor_si256(xl, wl[j]);
-          const __m256i b = kAnd ? _mm256_and_si256(xh, wh[j]) : _mm256_xor_si256(xh, wh[j]);
+          const __m256i a = _mm256_xor_si256(xl, wl[j]);
+          const __m256i b = _mm256_xor_si256(xh, wh[j]);
           acc[r][j] = _mm256_add_epi8(acc[r][j], _mm256_add_epi8(_mm256_shuffle_epi8(table, a),
                                                                  _mm256_shuffle_epi8(table, b)));
         }
@@ -245,25 +245,24 @@ BNN_TARGET_AVX2 inline void TileAvx2(const int64_t* lo, const int64_t* hi, const
 }
 
 // All rows against one tile column of 4 * kCols256 units: tiles of kRows256 rows, then the rest.
-template <bool kAnd, bool kMasked>
+template <bool kMasked>
 BNN_TARGET_AVX2 void ColumnAvx2(const int64_t* lo, const int64_t* hi, const int64_t* w,
                                 int64_t rows, int64_t words, int64_t units, int64_t col,
                                 const __m256i* mask, int32_t* counts) {
   int64_t r0 = 0;
   for (; r0 + kRows256 <= rows; r0 += kRows256)
-    TileAvx2<kAnd, kRows256, kCols256, kMasked>(lo + r0 * words, hi + r0 * words, w, words,
+    TileAvx2<kRows256, kCols256, kMasked>(lo + r0 * words, hi + r0 * words, w, words,
                                                 units, col, mask, counts + r0 * kGroup);
   const int64_t skip = r0 * words;
   switch (rows - r0) {
-    case 2: TileAvx2<kAnd, 2, kCols256, kMasked>(lo + skip, hi + skip, w, words, units, col,
+    case 2: TileAvx2<2, kCols256, kMasked>(lo + skip, hi + skip, w, words, units, col,
                                                 mask, counts + r0 * kGroup); break;
-    case 1: TileAvx2<kAnd, 1, kCols256, kMasked>(lo + skip, hi + skip, w, words, units, col,
+    case 1: TileAvx2<1, kCols256, kMasked>(lo + skip, hi + skip, w, words, units, col,
                                                 mask, counts + r0 * kGroup); break;
     default: break;
   }
 }
 
-template <bool kAnd>
 BNN_TARGET_AVX2 void CountGroupAvx2(const int64_t* lo, const int64_t* hi, const int64_t* w,
                                     int64_t rows, int64_t words, int64_t units, int64_t u0,
                                     int64_t width, int32_t* counts) {
@@ -272,12 +271,12 @@ BNN_TARGET_AVX2 void CountGroupAvx2(const int64_t* lo, const int64_t* hi, const 
   for (int64_t c = 0; c < width; c += kStep) {
     const int64_t live = width - c;
     if (live >= kStep) {
-      ColumnAvx2<kAnd, false>(lo, hi, w, rows, words, units, u0 + c, nullptr, counts + c);
+      ColumnAvx2<false>(lo, hi, w, rows, words, units, u0 + c, nullptr, counts + c);
     } else {  // the group's last units: masked loads, so nothing past the end of w is read
       __m256i mask[kCols256];
       for (int j = 0; j < kCols256; ++j)
         mask[j] = _mm256_cmpgt_epi64(_mm256_set1_epi64x(live - 4 * j), lanes);
-      ColumnAvx2<kAnd, true>(lo, hi, w, rows, words, units, u0 + c, mask, counts + c);
+      ColumnAvx2<true>(lo, hi, w, rows, words, units, u0 + c, mask, counts + c);
     }
   }
 }
@@ -302,20 +301,19 @@ struct Rows {
   }
 };
 
-// Mismatch counts (kAnd: counts of common set bits) for rows [row0, row0 + rows) and units
-// [u0, u0 + width), width <= 64, into counts[r * 64 + (u - u0)].
-template <bool kAnd>
+// Mismatch counts for rows [row0, row0 + rows) and units [u0, u0 + width), width <= 64, into
+// counts[r * 64 + (u - u0)].
 void CountGroup(Isa isa, const Rows& x, const int64_t* w, int64_t row0, int64_t rows,
                 int64_t units, int64_t u0, int64_t width, int32_t* counts) {
   const int64_t words = x.words, skip = row0 * words;
 #ifdef BNN_X86
   if (isa == kAvx512)
-    return CountGroupAvx512<kAnd>(x.x + skip, w, rows, words, units, u0, width, counts);
+    return CountGroupAvx512(x.x + skip, w, rows, words, units, u0, width, counts);
   if (isa == kAvx2)
-    return CountGroupAvx2<kAnd>(x.lo.data() + skip, x.hi.data() + skip, w, rows, words, units,
+    return CountGroupAvx2(x.lo.data() + skip, x.hi.data() + skip, w, rows, words, units,
                                 u0, width, counts);
 #endif
-  CountGroupGeneric<kAnd>(x.x + skip, w, rows, words, units, u0, width, counts);
+  CountGroupGeneric(x.x + skip, w, rows, words, units, u0, width, counts);
 }
 
 // Rough cycles per row and word of a 64-unit group, for splitting work over threads.
@@ -377,45 +375,137 @@ int64_t PackWord(Isa isa, const int32_t* values, const int32_t* threshold, int64
   return PackWordGeneric(values, threshold, width, scale, offset, flip);
 }
 
-// ---- bit planes: row[p * words + k] = bit p of the 64 pixels of chunk, as one word ------------
+// ---- pixel tables: the first layer's u . b for 8-bit pixels u and 0/1 weight bits b ------------
+// u . b = 16 * (h . b) + (l . b) for the high and low nibbles h, l of the pixels. For each group of
+// 4 pixels, tables[g * 32 + p] is the sum of the low nibbles of the group's pixels at the set bits
+// of p (<= 60), tables[g * 32 + 16 + p] the same for the high nibbles. The kernel w holds, for each
+// group and unit, the unit's 4 weight bits of the group as one byte, in blocks of 32 units
+// (ceil(units / 32), groups, 32) so that a block's bytes are contiguous (pad units 0); a unit's
+// sums are the tables looked up at its bytes, added over the groups.
 
-void PlanesGeneric(const uint8_t* chunk, int64_t* row, int64_t words, int64_t k) {
-  for (int p = 0; p < 8; ++p) {
-    uint64_t word = 0;
-    for (int64_t i = 0; i < kGroup; ++i) word |= uint64_t{(chunk[i] >> p) & 1u} << i;
-    row[p * words + k] = static_cast<int64_t>(word);
+void BuildTables(const uint8_t* pixels, int64_t groups, uint8_t* tables) {
+  for (int64_t g = 0; g < groups; ++g) {
+    uint8_t* low = tables + g * 32;
+    uint8_t* high = low + 16;
+    low[0] = high[0] = 0;
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t pixel = pixels[g * 4 + j];
+      const int span = 1 << j;
+      for (int p = 0; p < span; ++p) {
+        low[span + p] = static_cast<uint8_t>(low[p] + (pixel & 15));
+        high[span + p] = static_cast<uint8_t>(high[p] + (pixel >> 4));
+      }
+    }
+  }
+}
+
+// sums[j] = u . b of units u0 + j, j < width, from one example's tables.
+void TableSumsGeneric(const uint8_t* tables, const uint8_t* w, int64_t groups, int64_t u0,
+                      int64_t width, int32_t* sums) {
+  for (int64_t j = 0; j < width; ++j) {
+    const uint8_t* column = w + (u0 + j) / 32 * groups * 32 + (u0 + j) % 32;
+    int32_t sum = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t index = column[g * 32];
+      sum += 16 * tables[g * 32 + 16 + index] + tables[g * 32 + index];
+    }
+    sums[j] = sum;
   }
 }
 
 #ifdef BNN_X86
-BNN_TARGET_AVX512 void PlanesAvx512(const uint8_t* chunk, int64_t* row, int64_t words,
-                                    int64_t k) {
-  const __m512i v = _mm512_loadu_si512(chunk);
-  for (int p = 0; p < 8; ++p)
-    row[p * words + k] = static_cast<int64_t>(
-        _mm512_test_epi8_mask(v, _mm512_set1_epi8(static_cast<char>(1 << p))));
+// One group's two tables are one register: its 4 pixels' low nibbles in the low 128-bit lane, high
+// nibbles in the high lane; byte p of a lane is the sum of the nibbles j at the set bits of p % 16,
+// four VPSHUFB selections (nibble j where bit j of p is set, else 0) added up.
+BNN_TARGET_AVX2 void BuildTablesAvx2(const uint8_t* pixels, int64_t groups, uint8_t* tables) {
+  __m256i select[4];
+  for (int j = 0; j < 4; ++j) {
+    alignas(32) uint8_t bytes[32];
+    for (int p = 0; p < 32; ++p) bytes[p] = (p % 16 >> j & 1) ? static_cast<uint8_t>(j) : 0x80;
+    select[j] = _mm256_load_si256(reinterpret_cast<const __m256i*>(bytes));
+  }
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    int32_t four;
+    std::memcpy(&four, pixels + g * 4, sizeof(four));
+    const __m256i x = _mm256_set1_epi32(four);
+    const __m256i n = _mm256_and_si256(_mm256_blend_epi32(x, _mm256_srli_epi16(x, 4), 0xF0),
+                                       nibble);
+    const __m256i table = _mm256_add_epi8(
+        _mm256_add_epi8(_mm256_shuffle_epi8(n, select[0]), _mm256_shuffle_epi8(n, select[1])),
+        _mm256_add_epi8(_mm256_shuffle_epi8(n, select[2]), _mm256_shuffle_epi8(n, select[3])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(tables + g * 32), table);
+  }
 }
 
-BNN_TARGET_AVX2 void PlanesAvx2(const uint8_t* chunk, int64_t* row, int64_t words, int64_t k) {
-  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk));
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32));
-  for (int p = 0; p < 8; ++p) {
-    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << p));
-    const uint32_t low = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, bit), bit)));
-    const uint32_t high = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit)));
-    row[p * words + k] = static_cast<int64_t>(uint64_t{low} | uint64_t{high} << 32);
+// 32 units at a time. VPSHUFB looks up each unit's byte in the group's two tables (broadcast to
+// both 128-bit lanes); the byte sums of 4 groups (<= 240 each) are interleaved and VPMADDUBSW
+// gives each unit's low + 16 * high in a 16-bit lane (<= 4080); 8 of those (<= 32640) are added
+// in 16 bits, then widened into int32 sums.
+constexpr int64_t kTableRounds16 = 8;  // rounds of 4 groups whose 16-bit sums stay below 2^15
+
+BNN_TARGET_AVX2 void TableSumsAvx2(const uint8_t* tables, const uint8_t* w, int64_t groups,
+                                   int64_t u0, int64_t width, int32_t* sums) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i weights = _mm256_set1_epi16(16 << 8 | 1);  // byte pairs (low, high) -> low + 16 high
+  for (int64_t c = 0; c < width; c += 32) {  // u0 is a multiple of 64: whole blocks (pad units)
+    const uint8_t* column = w + (u0 + c) / 32 * groups * 32;
+    __m256i total[4] = {zero, zero, zero, zero};
+    for (int64_t g0 = 0; g0 < groups; g0 += 4 * kTableRounds16) {
+      const int64_t g1 = std::min(groups, g0 + 4 * kTableRounds16);
+      __m256i sum16[2] = {zero, zero};
+      for (int64_t g = g0; g < g1; g += 4) {
+        __m256i low8 = zero, high8 = zero;
+        const int64_t here = std::min<int64_t>(4, g1 - g);
+        BNN_UNROLL for (int64_t q = 0; q < 4; ++q) {
+          if (q >= here) break;
+          const uint8_t* table = tables + (g + q) * 32;
+          const __m256i index =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column + (g + q) * 32));
+          low8 = _mm256_add_epi8(low8, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(table))), index));
+          high8 = _mm256_add_epi8(high8, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16))), index));
+        }
+        sum16[0] = _mm256_add_epi16(
+            sum16[0], _mm256_maddubs_epi16(_mm256_unpacklo_epi8(low8, high8), weights));
+        sum16[1] = _mm256_add_epi16(
+            sum16[1], _mm256_maddubs_epi16(_mm256_unpackhi_epi8(low8, high8), weights));
+      }
+      BNN_UNROLL for (int h = 0; h < 2; ++h) {
+        total[2 * h] = _mm256_add_epi32(total[2 * h], _mm256_unpacklo_epi16(sum16[h], zero));
+        total[2 * h + 1] =
+            _mm256_add_epi32(total[2 * h + 1], _mm256_unpackhi_epi16(sum16[h], zero));
+      }
+    }
+    // total[2 * h + k], lane 4 * a + i (a: 128-bit lane, i < 4) holds unit 8 * h + 16 * a + 4 * k + i
+    alignas(32) int32_t lanes[4][8];
+    for (int t = 0; t < 4; ++t)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[t]), total[t]);
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 2; ++k)
+        for (int a = 0; a < 2; ++a)
+          for (int i = 0; i < 4; ++i)
+            sums[c + 8 * h + 16 * a + 4 * k + i] = lanes[2 * h + k][4 * a + i];
   }
 }
 #endif
 
-void Planes(Isa isa, const uint8_t* chunk, int64_t* row, int64_t words, int64_t k) {
+// The AVX-512 variant runs the AVX2 code (every AVX-512 CPU has AVX2).
+void Tables(Isa isa, const uint8_t* pixels, int64_t groups, uint8_t* tables) {
 #ifdef BNN_X86
-  if (isa == kAvx512) return PlanesAvx512(chunk, row, words, k);
-  if (isa == kAvx2) return PlanesAvx2(chunk, row, words, k);
+  if (isa != kGeneric) return BuildTablesAvx2(pixels, groups, tables);
 #endif
-  PlanesGeneric(chunk, row, words, k);
+  BuildTables(pixels, groups, tables);
+}
+
+// sums has room for 64 units (a whole output word); units past `width` get pad sums.
+void TableSums(Isa isa, const uint8_t* tables, const uint8_t* w, int64_t groups, int64_t u0,
+               int64_t width, int32_t* sums) {
+#ifdef BNN_X86
+  if (isa != kGeneric) return TableSumsAvx2(tables, w, groups, u0, width, sums);
+#endif
+  TableSumsGeneric(tables, w, groups, u0, width, sums);
 }
 
 // ---- ops --------------------------------------------------------------------------------------
@@ -489,9 +579,9 @@ REGISTER_OP("BnnThresholdPack")
       return Status();
     });
 
-REGISTER_OP("BnnBitplaneSign")
+REGISTER_OP("BnnPixelTableSign")
     .Input("u: T")
-    .Input("w: int64")
+    .Input("w: uint8")
     .Input("threshold: int32")
     .Input("flip: int64")
     .Attr("T: {uint8, float}")
@@ -500,10 +590,11 @@ REGISTER_OP("BnnBitplaneSign")
     .Attr(BNN_VARIANT_ATTR)
     .Output("words: int64")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle u, w;
+      ShapeHandle u, w, threshold;
       TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 2, &u));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &w));
-      c->set_output(0, c->Matrix(c->Dim(u, 0), WordsOf(c, c->Dim(w, 1))));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &w));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &threshold));
+      c->set_output(0, c->Matrix(c->Dim(u, 0), WordsOf(c, c->Dim(threshold, 0))));
       return Status();
     });
 
@@ -589,7 +680,7 @@ class XorPopcountOp : public OpKernel {
         const int64_t g = item % out_words, r0 = (item / out_words) * kChunk;
         const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
         const int64_t rows = std::min(kChunk, batch - r0);
-        CountGroup<false>(isa, rows_in, wp, r0, rows, units, u0, width, counts);
+        CountGroup(isa, rows_in, wp, r0, rows, units, u0, width, counts);
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t* c = counts + r * kGroup;
           if (mode == kSign) {
@@ -669,13 +760,14 @@ inline uint32_t Pixel(float x, float scale, float offset) {
 }
 
 // First layer on 8-bit pixels u (batch, ...) (uint8, or floats encoded to them; each example
-// flattened) and +-1 kernel bits w: z = u . w = 2 * sum_p 2^p popcount(plane_p AND w) - sum(u),
-// exact; output bits [z >= threshold] XOR flip, packed. Each row's 8 bit planes are packed words,
-// counted against w like rows of the xor kernel.
+// flattened) and +-1 weights with bits b: z = u . w = 2 * (u . b) - sum(u), exact, with u . b from
+// pixel tables (see BuildTables); output bits [z >= threshold] XOR flip, packed. w holds the
+// weight bits of each group of 4 pixels and unit as one byte, (blocks, groups, 32) with blocks =
+// 2 * ceil(units / 64) (whole output words) and groups = ceil(n / 4).
 template <typename T>
-class BitplaneSignOp : public OpKernel {
+class PixelTableSignOp : public OpKernel {
  public:
-  explicit BitplaneSignOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit PixelTableSignOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
     OP_REQUIRES_OK(ctx, ResolveIsa(ctx, &isa_));
@@ -684,64 +776,64 @@ class BitplaneSignOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& u = ctx->input(0);
     const Tensor& w = ctx->input(1);
-    OP_REQUIRES(ctx, u.dims() >= 2 && w.dims() == 2,
-                InvalidArgument("u must have a batch axis and w must be a matrix, got ",
-                                u.shape().DebugString(), " and ", w.shape().DebugString()));
-    const int64_t batch = u.dim_size(0), words = w.dim_size(0), units = w.dim_size(1);
+    OP_REQUIRES(ctx, u.dims() >= 2 && w.dims() == 3 && w.dim_size(2) == 32,
+                InvalidArgument("u must have a batch axis and w the shape (blocks, groups, 32), "
+                                "got ", u.shape().DebugString(), " and ",
+                                w.shape().DebugString()));
+    const int64_t batch = u.dim_size(0), groups = w.dim_size(1);
+    const int64_t units = ctx->input(2).dims() == 1 ? ctx->input(2).dim_size(0) : -1;
     const int64_t n = batch ? u.NumElements() / batch : 0;
-    OP_REQUIRES(ctx, batch == 0 || words == (n + kGroup - 1) / kGroup,
-                InvalidArgument("u has ", n, " values per example, which pack into ",
-                                (n + kGroup - 1) / kGroup, " words, but w has ", words));
+    OP_REQUIRES(ctx, batch == 0 || groups == (n + 3) / 4,
+                InvalidArgument("u has ", n, " values per example, which make ", (n + 3) / 4,
+                                " groups of 4, but w has ", groups));
+    OP_REQUIRES(ctx, w.dim_size(0) == (units + 63) / 64 * 2,
+                InvalidArgument("w has ", w.dim_size(0), " blocks of 32 units, but ", units,
+                                " units (the threshold's length) need ",
+                                (units + 63) / 64 * 2));
     if (!CheckThresholds(ctx, ctx->input(2), ctx->input(3), units)) return;
     const int64_t out_words = (units + kGroup - 1) / kGroup;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, out_words}), &out));
     if (batch == 0 || units == 0) return;
     const Isa isa = isa_;
-    std::vector<int64_t> planes(batch * 8 * words, 0);  // row b * 8 + p: bit p of each pixel
-    std::vector<int32_t> totals(batch, 0);
-    std::vector<uint8_t> pixels(words * kGroup, 0);  // one example, zero-padded to whole words
     const T* up = u.flat<T>().data();
-    for (int64_t b = 0; b < batch; ++b) {
-      int32_t total = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        pixels[i] = static_cast<uint8_t>(Pixel(up[b * n + i], scale_, offset_));
-        total += pixels[i];
+    std::vector<uint8_t> tables(batch * groups * 32);
+    std::vector<int32_t> totals(batch);
+    auto prepare = [&](int64_t first, int64_t last) {
+      std::vector<uint8_t> pixels(groups * 4, 0);  // one example, zero-padded to whole groups
+      for (int64_t b = first; b < last; ++b) {
+        int32_t total = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          pixels[i] = static_cast<uint8_t>(Pixel(up[b * n + i], scale_, offset_));
+          total += pixels[i];
+        }
+        totals[b] = total;
+        Tables(isa, pixels.data(), groups, tables.data() + b * groups * 32);
       }
-      totals[b] = total;
-      for (int64_t k = 0; k < words; ++k)
-        Planes(isa, pixels.data() + k * kGroup, planes.data() + b * 8 * words, words, k);
-    }
-    const Rows rows_in(planes.data(), batch * 8, words, isa);
-    const int64_t* wp = w.flat<int64_t>().data();
+    };
+    auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+    workers->ParallelFor(batch, groups * 64, prepare);
+    const uint8_t* wp = w.flat<uint8_t>().data();
     const int32_t* threshold = ctx->input(2).flat<int32_t>().data();
     const int64_t* flip = ctx->input(3).flat<int64_t>().data();
     int64_t* words_out = out->flat<int64_t>().data();
-    constexpr int64_t kChunk = 3;  // examples (24 plane rows) per unit of work
+    constexpr int64_t kChunk = 8;  // examples per unit of work
     const int64_t chunks = (batch + kChunk - 1) / kChunk;
     auto work = [&](int64_t first, int64_t last) {
-      int32_t counts[kChunk * 8 * kGroup];
       int32_t sums[kGroup];
       for (int64_t item = first; item < last; ++item) {
         const int64_t g = item % out_words, b0 = (item / out_words) * kChunk;
         const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
-        const int64_t rows = std::min(kChunk, batch - b0);
-        CountGroup<true>(isa, rows_in, wp, b0 * 8, rows * 8, units, u0, width, counts);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t j = 0; j < width; ++j) {
-            int32_t sum = 0;
-            for (int p = 0; p < 8; ++p) sum += counts[(r * 8 + p) * kGroup + j] << p;
-            sums[j] = sum;
-          }
-          words_out[(b0 + r) * out_words + g] =
-              PackWord(isa, sums, threshold + u0, width, 2, -totals[b0 + r], flip[g]);
+        for (int64_t b = b0; b < std::min(batch, b0 + kChunk); ++b) {
+          TableSums(isa, tables.data() + b * groups * 32, wp, groups, u0, width, sums);
+          words_out[b * out_words + g] =
+              PackWord(isa, sums, threshold + u0, width, 2, -totals[b], flip[g]);
         }
       }
     };
-    const int64_t cost =
-        std::max<int64_t>(1, std::min(kChunk, batch) * 8 * words * CostPerWord(isa_));
-    ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
-        chunks * out_words, cost, work);
+    const int64_t cost = std::max<int64_t>(
+        1, std::min(kChunk, batch) * groups * (isa == kGeneric ? 256 : 8));
+    workers->ParallelFor(chunks * out_words, cost, work);
   }
 
  private:
@@ -765,15 +857,15 @@ class KernelVariantsOp : public OpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("BnnXorPopcount").Device(DEVICE_CPU), XorPopcountOp);
-REGISTER_KERNEL_BUILDER(
-    Name("BnnBitplaneSign").Device(DEVICE_CPU).TypeConstraint<uint8_t>("T"),
-    BitplaneSignOp<uint8_t>);
-REGISTER_KERNEL_BUILDER(
-    Name("BnnBitplaneSign").Device(DEVICE_CPU).TypeConstraint<float>("T"),
-    BitplaneSignOp<float>);
 REGISTER_KERNEL_BUILDER(Name("BnnXorPopcountSign").Device(DEVICE_CPU), XorPopcountOp);
 REGISTER_KERNEL_BUILDER(Name("BnnXorPopcountAffine").Device(DEVICE_CPU), XorPopcountOp);
 REGISTER_KERNEL_BUILDER(Name("BnnThresholdPack").Device(DEVICE_CPU), ThresholdPackOp);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnPixelTableSign").Device(DEVICE_CPU).TypeConstraint<uint8_t>("T"),
+    PixelTableSignOp<uint8_t>);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnPixelTableSign").Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    PixelTableSignOp<float>);
 REGISTER_KERNEL_BUILDER(Name("BnnKernelVariants").Device(DEVICE_CPU), KernelVariantsOp);
 
 }  // namespace

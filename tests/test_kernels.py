@@ -98,41 +98,55 @@ def test_kernels_equal_numpy_at_layer_sizes(variant, batch, n, units):
 @needs_native
 @pytest.mark.parametrize("variant", _variants())
 @settings(max_examples=30, deadline=None)
-@given(batch=st.integers(0, 9), n=st.integers(1, 300), units=st.integers(1, 150),
+@given(batch=st.integers(0, 20), n=st.integers(1, 300), units=st.integers(1, 150),
        seed=st.integers(0, 2**16))
-def test_bitplane_kernel_equals_numpy_integer_products(variant, batch, n, units, seed):
+def test_pixel_table_kernel_equals_numpy_integer_products(variant, batch, n, units, seed):
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (batch, n)).astype(np.uint8)
     w = _signs(rng, (n, units))
     z = pixels.astype(np.int64) @ w.astype(np.int64)
     threshold, flip = _thresholds(rng, units, 255 * n // 8)
     expected = _expected_words(z, threshold, flip)
-    args = (pack_bits(w, axis=0), threshold, _flip_words(flip))
-    np.testing.assert_array_equal(kernels.bitplane_sign(pixels, *args, variant=variant).numpy(),
-                                  expected)
+    args = (kernels.table_kernel(pack_bits(w, axis=0), n), threshold, _flip_words(flip))
+    np.testing.assert_array_equal(
+        kernels.pixel_table_sign(pixels, *args, variant=variant).numpy(), expected)
     scale, offset = 1 / 127.5, -1.0  # float inputs on the pixel grid encode back to the pixels
     x = (pixels.astype(np.float32) * np.float32(scale) + np.float32(offset)).reshape(
         batch, 1, n, 1)
     np.testing.assert_array_equal(
-        kernels.bitplane_sign(x, *args, encoding={"scale": scale, "offset": offset},
-                              variant=variant).numpy(),
+        kernels.pixel_table_sign(x, *args, encoding={"scale": scale, "offset": offset},
+                                 variant=variant).numpy(),
         expected)
 
 
 @needs_native
 @pytest.mark.parametrize("variant", _variants())
-def test_bitplane_kernel_is_exact_at_the_extremes_of_the_mnist_layer(variant):
-    rng = np.random.default_rng(5)
-    pixels = rng.integers(0, 256, (4, 28, 28, 1)).astype(np.uint8)
-    pixels[0], pixels[1] = 255, 0  # all bits of every plane set; none
-    w = _signs(rng, (784, 2048))
-    w[:, 0] = 1.0
-    z = pixels.reshape(4, -1).astype(np.int64) @ w.astype(np.int64)
-    threshold, flip = _thresholds(rng, 2048, 255 * 784)
+@pytest.mark.parametrize("n", [784, 4 * 33 + 1])  # the MNIST layer; 33 groups: a partial round
+def test_pixel_table_kernel_is_exact_at_the_extremes(variant, n):
+    rng = np.random.default_rng(n)
+    pixels = rng.integers(0, 256, (4, n)).astype(np.uint8)
+    pixels[0], pixels[1] = 255, 0  # every nibble 15 (the largest table sums); none
+    w = _signs(rng, (n, 2048))
+    w[:, 0], w[:, 1] = 1.0, -1.0  # the largest and smallest products
+    z = pixels.astype(np.int64) @ w.astype(np.int64)
+    threshold, flip = _thresholds(rng, 2048, 255 * n)
+    threshold[:2] = z[0, :2]  # the extreme products sit exactly on their thresholds
     np.testing.assert_array_equal(
-        kernels.bitplane_sign(pixels, pack_bits(w, axis=0), threshold, _flip_words(flip),
-                              variant=variant).numpy(),
+        kernels.pixel_table_sign(pixels, kernels.table_kernel(pack_bits(w, axis=0), n),
+                                 threshold, _flip_words(flip), variant=variant).numpy(),
         _expected_words(z, threshold, flip))
+
+
+def test_table_kernel_layout_holds_four_weight_bits_per_byte():
+    w = -np.ones((9, 70))
+    w[5, 33] = 1.0   # input 5: group 1, bit 1 of unit 33 (block 1, column 1)
+    w[8, 69] = 1.0   # input 8: group 2, bit 0 of unit 69 (block 2, column 5)
+    table = kernels.table_kernel(pack_bits(w, axis=0), 9)
+    assert table.shape == (4, 3, 32) and table.dtype == np.uint8  # 2 words of 64 units: 4 blocks
+    expected = np.zeros((4, 3, 32), np.uint8)
+    expected[1, 1, 1] = 0b10
+    expected[2, 2, 5] = 0b01
+    np.testing.assert_array_equal(table, expected)
 
 
 @needs_native
