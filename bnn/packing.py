@@ -379,12 +379,12 @@ _INT8_MATMUL: bool | None = None
 def int8_first_layer_preferred() -> bool:
     """Whether, with native kernels, an integer first stage of a batch of :data:`LARGE_BATCH` or
     more takes oneDNN's int8 product (:func:`int8_matmul_available`) rather than the native
-    pixel tables (:meth:`bnn.kernels.Ops.pixel_table_sign`): where the CPU has VNNI (AVX-512 or
-    AVX), whose int8 dot products the tables do not beat. Per example of a 784 -> 2048 layer,
-    batch 1024, on an AVX-512 CPU with oneDNN limited to each instruction set: AVX2 21 us
-    against 12 us for the tables, AVX2 with VNNI 12 against 12, AVX-512 with VNNI 9 against 12,
-    all of it (AMX) 7 against 12 (docs/export.md)."""
-    return bool(cpu.flags() & {"avx512_vnni", "avx_vnni"})
+    pixel tables (:meth:`bnn.kernels.Ops.pixel_table_sign`): where the kernels run their
+    AVX-512 variant and the CPU has AVX-512 VNNI, whose int8 dot products beat the tables. Per
+    example of a 784 -> 2048 layer, batch 1024, on an AVX-512 CPU with oneDNN limited to each
+    instruction set: AVX2 21 us against 12 us for the tables, AVX2 with VNNI 12 against 12,
+    AVX-512 with VNNI 9 against 12, all of it (AMX) 7 against 12 (docs/export.md)."""
+    return kernels.variant() == "avx512" and "avx512_vnni" in cpu.flags()
 
 
 class NativeKernelsUnavailable(RuntimeError):
