@@ -271,10 +271,12 @@ class _Stage(tf.Module):
         weights = tf.constant([1 << k for k in range(8)], tf.int32)[None, :, None]
         return tf.reduce_sum((2 * counts - ones[:, :, None]) * weights, axis=1)
 
-    def native_call(self, x: tf.Tensor) -> tf.Tensor | None:
+    def native_call(self, x: tf.Tensor, encoding: dict[str, float] | None = None
+                    ) -> tf.Tensor | None:
         """The stage through the native kernels (:mod:`bnn.kernels`) where they apply: a packed
-        dense stage, or an integer first stage given its uint8 pixels (pixel tables) or its
-        int32 products (thresholds); ``None`` elsewhere. Same integers as :meth:`__call__`."""
+        dense stage, or an integer first stage given its uint8 pixels or float inputs encoded by
+        ``encoding`` (pixel tables) or its int32 products (thresholds); ``None`` elsewhere.
+        Same integers as :meth:`__call__`."""
         if self.packed_in and self.op == "dense":
             x = tf.reshape(x, [-1, int(x.shape[-1])])
             n = int(np.prod(self.in_shape))
@@ -284,8 +286,9 @@ class _Stage(tf.Module):
                 return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
             return kernels.xor_popcount_affine(x, self.kernel, self.logit_scale,
                                                self.logit_shift, n)
-        if self.integer_in and x.dtype == tf.uint8 and self.output == "bits":
-            return kernels.pixel_table_sign(x, self.kernel_table, self.threshold, self.flip)
+        if self.integer_in and x.dtype != tf.int32 and self.output == "bits":
+            return kernels.pixel_table_sign(x, self.kernel_table, self.threshold, self.flip,
+                                            None if x.dtype == tf.uint8 else encoding)
         if self.integer_in and x.dtype == tf.int32 and self.output == "bits":
             return kernels.threshold_pack(x, self.threshold, self.flip)
         return None
@@ -493,8 +496,11 @@ class PackedModel(tf.Module):
         run = {"xla": self._run_body if self._real_first else self._forward,
                "split": self._large_batch, "native": self._native}[mode]
 
+        # the native pixel tables encode float inputs themselves, in the same float32 arithmetic
+        tables = mode == "native" and not (self._int8 and int8_first_layer_preferred())
+
         def entry(x):
-            if x.dtype != in_dtype:
+            if x.dtype != in_dtype and not tables:
                 x = self._encode(x)
             return run(x)
         return entry
@@ -538,7 +544,7 @@ class PackedModel(tf.Module):
             if i == 0 and self._real_first:
                 x = _pack_xla(stage.real_signs(x))
                 continue
-            y = stage.native_call(x)
+            y = stage.native_call(x, self.input_encoding)
             x = stage.call_xla(x) if y is None else y
         return x
 
