@@ -4,12 +4,13 @@
 variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
 registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, the same
 compared with thresholds and packed, or mapped to logits, thresholds of int32 products, and the
-exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`). The first call to :func:`library` compiles it with the
-host's C++ compiler (``$CXX``, else ``g++`` or ``c++``) against the installed TensorFlow's headers
-(on x86 for a baseline x86-64 CPU, each vector variant with its own per-function target, so one
-build runs every variant the CPU has), caches the shared library under :func:`cache_dir`, loads it
-with ``tf.load_op_library``, asks it which variants this CPU runs and checks each against numpy
-on a small case. Later processes load the cached file (about 0.1 s); a build takes about 15 s.
+exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`). The first call to
+:func:`library` compiles it with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
+against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
+with its own per-function target, so one build runs every variant the CPU has), caches the shared
+library under :func:`cache_dir`, loads it with ``tf.load_op_library``, asks it which variants
+this CPU runs and checks each against numpy on a small case. Later processes load the cached
+file (about 0.1 s); a build takes about 15 s.
 
 ``BNN_NATIVE_KERNELS`` (see :func:`setting`) chooses: unset or ``auto``, the best variant the CPU
 runs, used by :class:`bnn.packing.PackedModel` where :func:`preferred`; ``0``, no native kernels;
@@ -33,6 +34,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +51,18 @@ SOURCE = Path(__file__).with_name("xor_popcount.cc")
 VARIANTS = ("generic", "avx2", "avx512")
 _BUILD_TIMEOUT_S = 600
 _lock = threading.Lock()
-_state: dict[str, object] = {}
+
+
+class _Loaded(NamedTuple):
+    """The outcome of building and loading for one :func:`setting`."""
+
+    library: object | None
+    variant: str | None = None
+    variants: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+_state: dict[str, _Loaded] = {}  # by setting
 
 
 def cache_dir() -> Path:
@@ -118,15 +131,16 @@ def _command(compiler: str, output: Path) -> list[str]:
             "-o", str(output), *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
-def _build(choice: str) -> tuple[object | None, str | None, str | None]:
-    """(library, variant, None), or (None, None, reason)."""
+def _build(choice: str) -> _Loaded:
+    """Builds (or finds in the cache), loads and checks the library for ``choice``."""
     if choice == "off":
-        return None, None, "disabled by BNN_NATIVE_KERNELS"
+        return _Loaded(None, reason="disabled by BNN_NATIVE_KERNELS")
     if platform.system() != "Linux":
-        return None, None, f"native kernels are built on Linux only, not {platform.system()}"
+        return _Loaded(None, reason=f"native kernels are built on Linux only, not "
+                       f"{platform.system()}")
     compiler = _compiler()
     if compiler is None:
-        return None, None, "no C++ compiler found (set CXX or install g++)"
+        return _Loaded(None, reason="no C++ compiler found (set CXX or install g++)")
     command = _command(compiler, Path("OUT"))
     key = hashlib.sha256("\n".join([
         SOURCE.read_text(), tf.__version__, tf.sysconfig.get_lib(), compiler, *command,
@@ -142,23 +156,25 @@ def _build(choice: str) -> tuple[object | None, str | None, str | None]:
                 if done.returncode != 0:
                     errors = [line for line in done.stderr.splitlines() if "error" in line]
                     last = (errors or done.stderr.strip().splitlines() or ["no output"])[-1]
-                    return None, None, f"compiling {SOURCE.name} failed: {last.strip()}"
+                    return _Loaded(None, reason=f"compiling {SOURCE.name} failed: "
+                                   f"{last.strip()}")
                 os.replace(partial, target)  # atomic: concurrent builders write the same file
         except (OSError, subprocess.SubprocessError) as exc:
-            return None, None, f"could not build native kernels in {target.parent}: {exc}"
+            return _Loaded(None, reason=f"could not build native kernels in {target.parent}: "
+                           f"{exc}")
     try:
         lib = tf.load_op_library(str(target))
         runs = tuple(name.decode() for name in lib.bnn_kernel_variants().numpy())
     except (tf.errors.OpError, OSError, AttributeError) as exc:
-        return None, None, f"could not load {target}: {str(exc).strip().splitlines()[0]}"
+        return _Loaded(None, reason=f"could not load {target}: "
+                       f"{str(exc).strip().splitlines()[0]}")
     if choice in VARIANTS and choice not in runs:
-        return None, None, (f"BNN_NATIVE_KERNELS={choice}: this CPU lacks its instructions "
-                            f"(it runs {', '.join(runs)})")
+        return _Loaded(None, reason=f"BNN_NATIVE_KERNELS={choice}: this CPU lacks its "
+                       f"instructions (it runs {', '.join(runs)})")
     problem = _self_check(lib, runs)
     if problem:
-        return None, None, problem
-    _state["variants"] = runs
-    return lib, (choice if choice in VARIANTS else runs[-1]), None
+        return _Loaded(None, reason=problem)
+    return _Loaded(lib, choice if choice in VARIANTS else runs[-1], runs)
 
 
 def _pack_rows(values: np.ndarray) -> np.ndarray:
@@ -206,14 +222,14 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
     return None
 
 
-def _loaded() -> tuple[object | None, str | None, str | None]:
-    """(library, variant, reason) for the current :func:`setting`, built or loaded once per
-    setting and process."""
+def _loaded() -> _Loaded:
+    """The library for the current :func:`setting`, built or loaded once per setting and
+    process."""
     choice = setting()
     with _lock:
         if choice not in _state:
             _state[choice] = _build(choice)
-        return _state[choice]  # type: ignore[return-value]
+        return _state[choice]
 
 
 def library():
@@ -222,19 +238,19 @@ def library():
     Raises:
         ValueError: for a ``BNN_NATIVE_KERNELS`` value :func:`setting` cannot read.
     """
-    return _loaded()[0]
+    return _loaded().library
 
 
 def variant() -> str | None:
     """The variant the ops run by default: the one ``BNN_NATIVE_KERNELS`` names, else the best
     this CPU runs; ``None`` when the kernels are unavailable."""
-    return _loaded()[1]
+    return _loaded().variant
 
 
 def variants() -> tuple[str, ...]:
     """Every variant this CPU runs, slowest first (each checked against numpy); empty when the
     kernels are unavailable."""
-    return _state.get("variants", ()) if available() else ()  # type: ignore[return-value]
+    return _loaded().variants
 
 
 def preferred() -> bool:
@@ -245,14 +261,14 @@ def preferred() -> bool:
 
     The AVX2 variant against the XLA kernels, both restricted to AVX2 (``BNN_NATIVE_KERNELS=avx2``,
     ``XLA_FLAGS=--xla_cpu_max_isa=AVX2``) on an AVX-512 CPU, one thread, process CPU time: a
-    2048x2048 packed layer took 0.66x the XLA kernel's time at batch 100 and 0.17x at batch 1
-    (docs/export.md)."""
-    lib, chosen, _ = _loaded()
-    if lib is None:
+    2048x2048 packed layer took 0.65-0.68x the XLA kernel's time at batch 100 and 0.17x at batch
+    1 (docs/export.md)."""
+    loaded = _loaded()
+    if loaded.library is None:
         return False
     if setting() != "auto":
         return True
-    return chosen in ("avx512", "avx2") or not cpu.is_x86()
+    return loaded.variant in ("avx512", "avx2") or not cpu.is_x86()
 
 
 def available() -> bool:
@@ -262,7 +278,7 @@ def available() -> bool:
 
 def unavailable_reason() -> str | None:
     """Why :func:`available` is False (``None`` when it is True)."""
-    return _loaded()[2]
+    return _loaded().reason
 
 
 class Ops:
@@ -339,14 +355,14 @@ def ops(variant: str | None = None) -> Ops:
         RuntimeError: where the kernels are unavailable (:func:`unavailable_reason`).
         ValueError: for a variant this CPU does not run.
     """
-    lib, chosen, reason = _loaded()
-    if lib is None:
-        raise RuntimeError(f"native kernels unavailable: {reason}")
-    chosen = variant or chosen
-    if chosen not in variants():
+    loaded = _loaded()
+    if loaded.library is None:
+        raise RuntimeError(f"native kernels unavailable: {loaded.reason}")
+    chosen = variant or loaded.variant
+    if chosen not in loaded.variants:
         raise ValueError(f"kernel variant {chosen!r} does not run here; this CPU runs "
-                         f"{', '.join(variants())}")
-    return Ops(lib, chosen)
+                         f"{', '.join(loaded.variants)}")
+    return Ops(loaded.library, chosen)
 
 
 def xor_popcount(x_words: tf.Tensor, w_words: tf.Tensor, variant: str | None = None

@@ -447,7 +447,7 @@ constexpr int64_t kTableRounds16 = 8;  // rounds of 4 groups whose 16-bit sums s
 BNN_TARGET_AVX2 void TableSumsAvx2(const uint8_t* tables, const uint8_t* w, int64_t groups,
                                    int64_t u0, int64_t width, int32_t* sums) {
   const __m256i zero = _mm256_setzero_si256();
-  const __m256i weights = _mm256_set1_epi16(16 << 8 | 1);  // byte pairs (low, high) -> low + 16 high
+  const __m256i weights = _mm256_set1_epi16(16 << 8 | 1);  // bytes (low, high) -> low + 16 high
   for (int64_t c = 0; c < width; c += 32) {  // u0 is a multiple of 64: whole blocks (pad units)
     const uint8_t* column = w + (u0 + c) / 32 * groups * 32;
     __m256i total[4] = {zero, zero, zero, zero};
@@ -478,7 +478,7 @@ BNN_TARGET_AVX2 void TableSumsAvx2(const uint8_t* tables, const uint8_t* w, int6
             _mm256_add_epi32(total[2 * h + 1], _mm256_unpackhi_epi16(sum16[h], zero));
       }
     }
-    // total[2 * h + k], lane 4 * a + i (a: 128-bit lane, i < 4) holds unit 8 * h + 16 * a + 4 * k + i
+    // total[2 * h + k], lane 4 * a + i (a: 128-bit lane, i < 4): unit 8 h + 16 a + 4 k + i
     alignas(32) int32_t lanes[4][8];
     for (int t = 0; t < 4; ++t)
       _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[t]), total[t]);

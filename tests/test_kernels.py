@@ -211,7 +211,8 @@ def test_disabled_by_environment_gives_a_reason_and_packed_model_falls_back(fres
 def test_native_kernels_are_preferred_only_where_they_beat_xla(monkeypatch, chosen,
                                                                machine_is_x86, setting,
                                                                expected):
-    monkeypatch.setattr(kernels, "_loaded", lambda: (object(), chosen, None))
+    monkeypatch.setattr(kernels, "_loaded",
+                        lambda: kernels._Loaded(object(), chosen, (chosen,)))
     monkeypatch.setattr(kernels.cpu, "is_x86", lambda: machine_is_x86)
     if setting is None:
         monkeypatch.delenv("BNN_NATIVE_KERNELS", raising=False)
