@@ -199,7 +199,8 @@ def _predict(args: argparse.Namespace) -> int:
         np.save(args.output, result["logits"])
     for figures in [result] + ([result["compare"]] if args.compare else []):
         print(f"bnn: {figures['model']}: {figures['examples_per_second']:,.0f} examples/s "
-              f"(batch {figures['batch_size']}, {figures['workers']} in flight)", file=sys.stderr)
+              f"(batch {figures['batch_size']}, {figures['workers']} in flight"
+              f"{', XLA' if figures['xla'] else ''})", file=sys.stderr)
     if args.compare:
         print(f"bnn: speed-up over {args.compare}: {result['speedup']:.2f}x", file=sys.stderr)
     return 0

@@ -427,7 +427,9 @@ def predict(path: str | Path, x: np.ndarray, batch_size: int | None = None,
 
     Returns:
         ``model`` (the path), ``logits``, ``examples``, ``seconds`` (median full pass, wall
-        clock), ``examples_per_second``, ``batch_size``, ``workers``; with ``compare`` also
+        clock), ``examples_per_second``, ``batch_size``, ``workers``, ``xla`` (a Keras model's
+        call compiled by XLA; always false for a packed model, which picks its own kernels);
+        with ``compare`` also
         ``compare`` (the same fields for that model) and ``speedup``: the median over rounds of
         (the compared model's pass) / (this model's pass).
 
@@ -472,7 +474,8 @@ def evaluate(path: str | Path, x: np.ndarray, y: np.ndarray, batch_size: int | N
 
     Returns:
         ``model``, ``accuracy`` (fraction of argmax logits equal to ``y``), ``examples``,
-        ``seconds``, ``examples_per_second``, ``batch_size``, ``workers``; with ``compare`` also
+        ``seconds``, ``examples_per_second``, ``batch_size``, ``workers``, ``xla``; with
+        ``compare`` also
         ``compare`` (the same for that model) and ``speedup`` (see :func:`predict`).
     """
     labels = np.asarray(y).reshape(-1)

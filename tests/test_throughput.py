@@ -30,9 +30,11 @@ def test_runner_gives_the_models_logits_in_order_with_any_setting(tmp_path):
     expected = packed.predict(x)
     for setting in (throughput.Setting(7, 1), throughput.Setting(16, 2), throughput.Setting(70, 2)):
         np.testing.assert_array_equal(throughput.runner(packed, x).run(setting), expected)
-    keras_logits = throughput.runner(model, x).run(throughput.Setting(16, 2))
-    np.testing.assert_allclose(keras_logits, model(x, training=False).numpy(), rtol=1e-6,
-                               atol=1e-6)
+    assert set(throughput.runner(packed, x).predict) == {False}  # it picks its own kernels
+    for xla in (False, True):
+        keras_logits = throughput.runner(model, x).run(throughput.Setting(16, 2, xla))
+        np.testing.assert_allclose(keras_logits, model(x, training=False).numpy(), rtol=1e-5,
+                                   atol=1e-5)
 
 
 def test_calibration_picks_a_candidate_per_model_and_measure_reports_every_pass(tmp_path):
@@ -42,10 +44,12 @@ def test_calibration_picks_a_candidate_per_model_and_measure_reports_every_pass(
     runners = {"packed": throughput.runner(load_packed(tmp_path / "m.bnn"), x),
                "keras": throughput.runner(model, x)}
     settings = throughput.calibrate(runners, sample=300)
-    assert set(settings) == {"packed", "keras"}
-    assert all(s in throughput.candidates(300) for s in settings.values())
+    assert set(settings) == {"packed", "keras"} and not settings["packed"].xla
+    assert all(throughput.Setting(s.batch_size, s.workers) in throughput.candidates(300)
+               for s in settings.values())
     fixed = throughput.calibrate(runners, batch_size=50, workers=1)
-    assert fixed == {"packed": throughput.Setting(50, 1), "keras": throughput.Setting(50, 1)}
+    assert fixed["packed"] == throughput.Setting(50, 1)
+    assert (fixed["keras"].batch_size, fixed["keras"].workers) == (50, 1)  # XLA or not: timed
     timed = throughput.measure(runners, settings, rounds=3)
     for name, figures in timed.items():
         assert len(figures["round_seconds"]) == 3 and all(t > 0 for t in figures["round_seconds"])
@@ -53,8 +57,8 @@ def test_calibration_picks_a_candidate_per_model_and_measure_reports_every_pass(
         assert figures["examples"] == 300
         assert figures["examples_per_second"] == pytest.approx(300 / figures["seconds"])
         assert figures["logits"].shape == (300, 10)
-        assert (figures["batch_size"], figures["workers"]) == (settings[name].batch_size,
-                                                               settings[name].workers)
+        assert (figures["batch_size"], figures["workers"], figures["xla"]) == (
+            settings[name].batch_size, settings[name].workers, settings[name].xla)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +91,8 @@ def test_evaluate_with_compare_reports_both_models_and_the_speedup(files):
         assert figures["examples_per_second"] == pytest.approx(400 / figures["seconds"])
         assert throughput.Setting(figures["batch_size"], figures["workers"]) in \
             throughput.candidates(400)
-        assert "logits" not in figures
+        assert "logits" not in figures and isinstance(figures["xla"], bool)
+    assert result["xla"] is False  # a packed model picks its own kernels
     assert result["speedup"] > 0 and np.isfinite(result["speedup"])
 
 
