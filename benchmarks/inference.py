@@ -12,7 +12,8 @@ of the per-call time and the speed-up over the faster float variant: the median 
 (the faster float block of the round) / (the packed block of the round), so a minute in which
 the machine runs slow slows both sides of each ratio alike. Where the native kernels
 (``bnn.kernels``) run the packed model, the same model on its pure-TensorFlow XLA kernels is
-timed beside it. It also reports the .bnn size against the float twin's saved weights
+timed beside it (``BNN_NATIVE_KERNELS=avx2`` times the AVX2 kernels on an AVX-512 CPU; see
+docs/export.md for restricting XLA and oneDNN to AVX2 as well). It also reports the .bnn size against the float twin's saved weights
 (``.weights.h5``), and, when MNIST is available (``BNN_DATA_DIR``, default ../shared/datasets
 beside the repository), fits the binary MLP for one epoch and counts the test images on which
 the packed model's class equals the Keras model's, exported with and without the input encoding.
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         results = {"cpu_threads": os.cpu_count(), "quick": args.quick,
                    "native_kernels": kernels.preferred(),
+                   "native_kernel_variant": kernels.variant(),
                    "native_kernels_built": kernels.available(),
                    "native_kernels_unavailable": kernels.unavailable_reason(),
                    "models": {key: benchmark_architecture(key, work, args.quick)

@@ -5,8 +5,8 @@
     bnn summary CONFIG.yaml
     bnn bench [--quick] [--json PATH] ...
     bnn export SOURCE -o MODEL.bnn
-    bnn evaluate MODEL --dataset NAME [--json PATH]
-    bnn predict MODEL INPUT.npy --dataset NAME [-o OUT.npy]
+    bnn evaluate MODEL --dataset NAME [--compare MODEL] [--json PATH]
+    bnn predict MODEL INPUT.npy --dataset NAME [--compare MODEL] [-o OUT.npy]
     bnn import-larq MODEL -o MODEL.keras
 
 Each command checks its arguments, the experiment file, the paths it reads and the run directory
@@ -92,7 +92,6 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("model")
     evaluate.add_argument("--dataset", required=True, choices=DATASETS)
     evaluate.add_argument("--data-dir")
-    evaluate.add_argument("--batch-size", type=int, default=500)
     evaluate.add_argument("--json", help="also write the figures to this JSON file")
     _add_common(evaluate)
     predict = sub.add_parser("predict", help="predicted classes for inputs in a .npy file")
@@ -102,11 +101,24 @@ def _parser() -> argparse.ArgumentParser:
                          help="dataset whose normalization to apply")
     predict.add_argument("-o", "--output", help="write logits to this .npy file")
     _add_common(predict)
+    for p in (evaluate, predict):
+        p.add_argument("--compare", metavar="MODEL", help="also time this model (e.g. the float "
+                       "twin's model.keras) the same way, interleaved, and print the speed-up")
+        p.add_argument("--batch-size", type=_positive, help="examples per call (default: the "
+                       "fastest of 64, 256, 1024, calibrated on the data)")
+        p.add_argument("--workers", type=_positive, help="batches in flight at once (default: "
+                       "the faster of 1 and 2, calibrated)")
     larq = sub.add_parser("import-larq", help="convert a model saved by Larq to a Keras 3 model")
     larq.add_argument("model", help="a .h5 or .keras file, or a SavedModel directory, from Larq")
     larq.add_argument("-o", "--output", required=True, help="the .keras file to write")
     _add_common(larq)
     return parser
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
 
 
 # -- checks made before TensorFlow is imported ----------------------------------------------------
@@ -293,14 +305,17 @@ def _export(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     _model_file(args.model)
+    if args.compare:
+        _model_file(args.compare)
     data_dir = _data_dir(args.data_dir)
     _start_tensorflow(args)
     from bnn import data, export
 
     arrays = data.load_arrays(args.dataset, data_dir)
     x = data.normalize(args.dataset, arrays.x_test)
-    figures = export.evaluate(args.model, x, arrays.y_test, batch_size=args.batch_size)
-    figures = {"model": str(args.model), "dataset": args.dataset, **figures}
+    figures = export.evaluate(args.model, x, arrays.y_test, batch_size=args.batch_size,
+                              workers=args.workers, compare=args.compare)
+    figures = {"dataset": args.dataset, **figures}
     print(json.dumps(figures, indent=2))
     if args.json:
         from bnn.rundir import write_json
@@ -311,9 +326,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     _model_file(args.model)
+    if args.compare:
+        _model_file(args.compare)
     _existing(args.inputs, "input file", "give a .npy array of images")
     _start_tensorflow(args)
-    import keras
     import numpy as np
 
     from bnn import data, export
@@ -324,14 +340,19 @@ def _predict(args: argparse.Namespace) -> int:
         raise export.ExportError(f"{args.inputs}: cannot read a .npy array ({error})") from None
     if raw.ndim == 3:
         raw = raw[..., None]
-    model = export.load_any(args.model)
     x = data.normalize(args.dataset, raw)
-    logits = np.asarray(model.predict(x, verbose=0) if isinstance(model, keras.Model)
-                        else model.predict(x))
-    for i, label in enumerate(logits.argmax(axis=-1)):
+    result = export.predict(args.model, x, batch_size=args.batch_size, workers=args.workers,
+                            compare=args.compare)
+    for i, label in enumerate(result["logits"].argmax(axis=-1)):
         print(f"{i}\t{label}")
     if args.output:
-        np.save(args.output, logits)
+        np.save(args.output, result["logits"])
+    for figures in [result] + ([result["compare"]] if args.compare else []):
+        print(f"bnn: {figures['model']}: {figures['examples_per_second']:,.0f} examples/s "
+              f"(batch {figures['batch_size']}, {figures['workers']} in flight"
+              f"{', XLA' if figures['xla'] else ''})", file=sys.stderr)
+    if args.compare:
+        print(f"bnn: speed-up over {args.compare}: {result['speedup']:.2f}x", file=sys.stderr)
     return 0
 
 

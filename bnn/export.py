@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bnn import quantizers
+from bnn import kernels, quantizers
 from bnn.errors import ExportError
 from bnn.layers import BinaryConv2D, BinaryDense
 from bnn.rundir import atomic_write
 from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
 
 __all__ = ["ExportError", "FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "export_model",
-           "load_packed", "load_any", "evaluate"]
+           "load_packed", "load_any", "predict", "evaluate"]
 
 FORMAT_VERSION = 2
 #: Versions this bnn reads: version 1 files are version 2 files without an input encoding.
@@ -381,7 +380,8 @@ def load_packed(path: str | Path, native: bool | None = None) -> PackedModel:
     :mod:`bnn.kernels` where they are available and apply).
 
     Raises:
-        ExportError: for an unreadable, truncated, corrupted or foreign file.
+        ExportError: for an unreadable, truncated, corrupted or foreign file, or a
+            ``BNN_NATIVE_KERNELS`` value :func:`bnn.kernels.setting` cannot read.
         NativeKernelsUnavailable: for ``native=True`` where the native kernels cannot run it.
     """
     path = Path(path)
@@ -390,6 +390,7 @@ def load_packed(path: str | Path, native: bool | None = None) -> PackedModel:
     except OSError as error:
         raise _fail(path, f"cannot read ({error.strerror})", "check the path") from None
     manifest, arrays = _deserialize(data, str(path))
+    kernels.setting()  # an unreadable BNN_NATIVE_KERNELS is a SettingError here
     try:
         return PackedModel(manifest["stages"], arrays, manifest["input_shape"],
                            manifest.get("input_encoding"), native=native)
@@ -410,28 +411,78 @@ def load_any(path: str | Path):
     raise _fail(path, f"unknown model file type {path.suffix!r}", "give a .bnn or .keras file")
 
 
-def evaluate(path: str | Path, x: np.ndarray, y: np.ndarray, batch_size: int = 500
-             ) -> dict[str, float]:
-    """Accuracy and throughput of the model file ``path`` on ``(x, y)``.
+def predict(path: str | Path, x: np.ndarray, batch_size: int | None = None,
+            workers: int | None = None, compare: str | Path | None = None,
+            rounds: int | None = None) -> dict[str, Any]:
+    """Logits of the model file ``path`` for ``x``, timed in its fastest setting.
 
-    The first batch is run once untimed (graph compilation); then all of ``x`` is timed.
+    The setting (batch size and batches in flight, :mod:`bnn.throughput`) is calibrated on the
+    first examples unless both ``batch_size`` and ``workers`` are given. With ``compare`` (a
+    ``.keras`` or ``.bnn`` file), that model is calibrated the same way on the same ``x`` and
+    the two models' full passes take turns, ``rounds`` each (default 3; 1 without
+    ``compare``).
 
     Returns:
-        ``accuracy`` (fraction of argmax logits equal to ``y``), ``examples``, ``seconds``
-        (wall time of the timed pass) and ``examples_per_second``.
+        ``model`` (the path), ``logits``, ``examples``, ``seconds`` (median full pass, wall
+        clock), ``examples_per_second``, ``batch_size``, ``workers``, ``xla`` (a Keras model's
+        call compiled by XLA; always false for a packed model, which picks its own kernels);
+        with ``compare`` also
+        ``compare`` (the same fields for that model) and ``speedup``: the median over rounds of
+        (the compared model's pass) / (this model's pass).
+
+    Raises:
+        ExportError: for a model file that cannot be loaded, or inputs it does not accept.
     """
-    model = load_any(path)
-    x = np.asarray(x, np.float32)
+    from bnn import throughput
 
-    def predict(data):
-        if isinstance(model, PackedModel):
-            return model.predict(data, batch_size=batch_size)
-        return model.predict(data, batch_size=batch_size, verbose=0)
+    x = np.asarray(x)
+    models = {"model": (path, load_any(path))}
+    if compare is not None:
+        models["compare"] = (compare, load_any(compare))
+    runners = {}
+    for key, (where, model) in models.items():
+        expected = tuple(model.input_shape if isinstance(model, PackedModel)
+                         else model.inputs[0].shape[1:])
+        if tuple(x.shape[1:]) != expected:
+            raise _fail(where, f"takes inputs of shape {expected} per example, the data has "
+                        f"{tuple(x.shape[1:])}", "give a model of this dataset")
+        try:
+            runners[key] = throughput.runner(model, x)
+        except ValueError as error:
+            raise _fail(where, str(error), "check the dataset and its normalization") from None
+    settings = throughput.calibrate(runners, batch_size, workers)
+    rounds = rounds or (3 if compare is not None else 1)
+    timed = throughput.measure(runners, settings, rounds)
+    result = {"model": str(path), **{k: v for k, v in timed["model"].items()
+                                     if k != "round_seconds"}}
+    if compare is not None:
+        result["compare"] = {"model": str(compare), **{
+            k: v for k, v in timed["compare"].items() if k != "round_seconds"}}
+        result["speedup"] = float(np.median(np.array(timed["compare"]["round_seconds"])
+                                            / np.array(timed["model"]["round_seconds"])))
+    return result
 
-    predict(x[:batch_size])
-    start = time.perf_counter()
-    logits = predict(x)
-    seconds = time.perf_counter() - start
-    accuracy = float(np.mean(np.argmax(logits, axis=-1) == np.asarray(y).reshape(-1)))
-    return {"accuracy": accuracy, "examples": int(len(x)), "seconds": seconds,
-            "examples_per_second": len(x) / seconds if seconds > 0 else float("inf")}
+
+def evaluate(path: str | Path, x: np.ndarray, y: np.ndarray, batch_size: int | None = None,
+             workers: int | None = None, compare: str | Path | None = None,
+             rounds: int | None = None) -> dict[str, Any]:
+    """Accuracy and throughput of the model file ``path`` on ``(x, y)``, as :func:`predict`
+    times it (the fastest setting, calibrated unless ``batch_size`` and ``workers`` are given).
+
+    Returns:
+        ``model``, ``accuracy`` (fraction of argmax logits equal to ``y``), ``examples``,
+        ``seconds``, ``examples_per_second``, ``batch_size``, ``workers``, ``xla``; with
+        ``compare`` also
+        ``compare`` (the same for that model) and ``speedup`` (see :func:`predict`).
+    """
+    labels = np.asarray(y).reshape(-1)
+
+    def scored(figures: dict[str, Any]) -> dict[str, Any]:
+        logits = figures.pop("logits")
+        accuracy = float(np.mean(np.argmax(logits, axis=-1) == labels))
+        return {"model": figures.pop("model"), "accuracy": accuracy, **figures}
+
+    result = scored(predict(path, x, batch_size, workers, compare, rounds))
+    if compare is not None:
+        result["compare"] = scored(result["compare"])
+    return result

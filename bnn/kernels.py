@@ -1,16 +1,27 @@
 """Native xor-popcount kernels for packed inference, built on first use.
 
-``xor_popcount.cc`` (next to this file) defines four TensorFlow CPU ops, vectorized with
-AVX-512 VPOPCNTDQ where the CPU has it. The first call to :func:`library` compiles it with the
-host's C++ compiler (``$CXX``, else ``g++`` or ``c++``) for this CPU (``-march=native``) against the
-installed TensorFlow's headers, caches the shared library under :func:`cache_dir`, loads it with
-``tf.load_op_library`` and checks it against numpy on a small case. Later processes load the
-cached file (about 0.1 s); a build takes about 15 s.
+``xor_popcount.cc`` (next to this file) defines five TensorFlow CPU ops in three instruction-set
+variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
+registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, the same
+compared with thresholds and packed, or mapped to logits, thresholds of int32 products, and the
+exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`). The first call to
+:func:`library` compiles it with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
+against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
+with its own per-function target, so one build runs every variant the CPU has), caches the shared
+library under :func:`cache_dir`, loads it with ``tf.load_op_library``, asks it which variants
+this CPU runs and checks each against numpy on a small case. Later processes load the cached
+file (about 0.1 s); a build takes about 15 s.
 
-When anything is missing (no compiler, no TensorFlow headers, a failed build or check) or
-``BNN_NATIVE_KERNELS=0`` is set, :func:`library` returns ``None`` and :func:`unavailable_reason`
-says why; :class:`bnn.packing.PackedModel` then uses its pure-TensorFlow XLA kernels, which give
-the same integers. Nothing else in bnn needs these kernels.
+``BNN_NATIVE_KERNELS`` (see :func:`setting`) chooses: unset or ``auto``, the best variant the CPU
+runs, used by :class:`bnn.packing.PackedModel` where :func:`preferred`; ``0``, no native kernels;
+``1``, the best variant, used on any CPU; ``avx512``, ``avx2`` or ``generic``, that variant, used
+on any CPU (so the AVX2 kernels can be tested and timed on an AVX-512 machine).
+
+When anything is missing (no compiler, no TensorFlow headers, a failed build or check, a forced
+variant the CPU lacks) or ``BNN_NATIVE_KERNELS=0`` is set, :func:`library` returns ``None`` and
+:func:`unavailable_reason` says why; :class:`bnn.packing.PackedModel` then uses its
+pure-TensorFlow XLA kernels, which give the same integers. Nothing else in bnn needs these
+kernels.
 """
 
 from __future__ import annotations
@@ -23,19 +34,35 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
-from bnn import cpu
+from bnn import cpu, progress, settings
 
-__all__ = ["SOURCE", "cache_dir", "library", "available", "preferred", "unavailable_reason",
-           "xor_popcount", "xor_popcount_sign", "threshold_pack", "bitplane_sign"]
+__all__ = ["SOURCE", "VARIANTS", "Ops", "cache_dir", "setting", "library", "available",
+           "preferred", "variant", "variants", "unavailable_reason", "ops", "table_kernel",
+           "xor_popcount", "xor_popcount_sign", "xor_popcount_affine", "threshold_pack",
+           "pixel_table_sign"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
+#: Instruction-set variants of the ops, slowest first.
+VARIANTS = settings.KERNEL_VARIANTS
 _BUILD_TIMEOUT_S = 600
 _lock = threading.Lock()
-_state: dict[str, object] = {}
+
+
+class _Loaded(NamedTuple):
+    """The outcome of building and loading for one :func:`setting`."""
+
+    library: object | None
+    variant: str | None = None
+    variants: tuple[str, ...] = ()
+    reason: str | None = None
+
+
+_state: dict[str, _Loaded] = {}  # by setting
 
 
 def cache_dir() -> Path:
@@ -45,6 +72,17 @@ def cache_dir() -> Path:
         return Path(os.environ["BNN_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "bnn"
+
+
+def setting() -> str:
+    """``BNN_NATIVE_KERNELS``, read (:func:`bnn.settings.native_kernels`): ``"auto"``, ``"off"``,
+    ``"on"`` or a variant of :data:`VARIANTS`.
+
+    Raises:
+        bnn.errors.SettingError: for any other value, in one line naming the variable and what
+            it accepts.
+    """
+    return settings.native_kernels()
 
 
 def _cpu_signature() -> str:
@@ -65,22 +103,37 @@ def _compiler() -> str | None:
     return None
 
 
+def _target_flags() -> list[str]:
+    """On x86, a baseline x86-64 target (SSE4.2 and POPCNT where the CPU has them), tuned for
+    this CPU: the AVX2 and AVX-512 kernels carry their own per-function targets, and TensorFlow's
+    headers do not compile with every instruction set enabled (GCC 12 and AVX512-FP16). Elsewhere,
+    this CPU (``-march=native``)."""
+    if not cpu.is_x86():
+        return ["-march=native"]
+    flags = cpu.flags()
+    base = ["-msse4.2", "-mpopcnt"] if {"sse4_2", "popcnt"} <= flags else []
+    return [*base, "-mtune=native"]
+
+
 def _command(compiler: str, output: Path) -> list[str]:
-    return [compiler, "-O3", "-march=native", "-shared", "-fPIC", "-w", str(SOURCE),
+    return [compiler, "-O3", *_target_flags(), "-ffp-contract=off", "-shared", "-fPIC", "-w",
+            str(SOURCE),
             "-o", str(output), *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
-def _build() -> tuple[object | None, str | None]:
-    """(library, None), or (None, reason)."""
-    if os.environ.get("BNN_NATIVE_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
-        return None, "disabled by BNN_NATIVE_KERNELS"
+def _build(choice: str) -> _Loaded:
+    """Builds (or finds in the cache), loads and checks the library for ``choice``."""
+    if choice == "off":
+        return _Loaded(None, reason="disabled by BNN_NATIVE_KERNELS")
     if platform.system() != "Linux":
-        return None, f"native kernels are built on Linux only, not {platform.system()}"
+        return _Loaded(None, reason=f"native kernels are built on Linux only, not "
+                       f"{platform.system()}")
     compiler = _compiler()
     if compiler is None:
-        return None, "no C++ compiler found (set CXX or install g++)"
+        return _Loaded(None, reason="no C++ compiler found (set CXX or install g++)")
+    command = _command(compiler, Path("OUT"))
     key = hashlib.sha256("\n".join([
-        SOURCE.read_text(), tf.__version__, tf.sysconfig.get_lib(), compiler,
+        SOURCE.read_text(), tf.__version__, tf.sysconfig.get_lib(), compiler, *command,
         _cpu_signature()]).encode()).hexdigest()[:20]
     target = cache_dir() / f"xor_popcount-{key}.so"
     if not target.exists():
@@ -88,20 +141,31 @@ def _build() -> tuple[object | None, str | None]:
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
                 partial = Path(tmp) / target.name
-                done = subprocess.run(_command(compiler, partial), capture_output=True,
-                                      text=True, timeout=_BUILD_TIMEOUT_S)
+                with progress.phase("building the native xor-popcount kernels (once)"):
+                    done = subprocess.run(_command(compiler, partial), capture_output=True,
+                                          text=True, timeout=_BUILD_TIMEOUT_S)
                 if done.returncode != 0:
-                    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                    return None, f"compiling {SOURCE.name} failed: {last}"
+                    errors = [line for line in done.stderr.splitlines() if "error" in line]
+                    last = (errors or done.stderr.strip().splitlines() or ["no output"])[-1]
+                    return _Loaded(None, reason=f"compiling {SOURCE.name} failed: "
+                                   f"{last.strip()}")
                 os.replace(partial, target)  # atomic: concurrent builders write the same file
         except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"could not build native kernels in {target.parent}: {exc}"
+            return _Loaded(None, reason=f"could not build native kernels in {target.parent}: "
+                           f"{exc}")
     try:
         lib = tf.load_op_library(str(target))
-    except (tf.errors.OpError, OSError) as exc:
-        return None, f"could not load {target}: {str(exc).strip().splitlines()[0]}"
-    problem = _self_check(lib)
-    return (None, problem) if problem else (lib, None)
+        runs = tuple(name.decode() for name in lib.bnn_kernel_variants().numpy())
+    except (tf.errors.OpError, OSError, AttributeError) as exc:
+        return _Loaded(None, reason=f"could not load {target}: "
+                       f"{str(exc).strip().splitlines()[0]}")
+    if choice in VARIANTS and choice not in runs:
+        return _Loaded(None, reason=f"BNN_NATIVE_KERNELS={choice}: this CPU lacks its "
+                       f"instructions (it runs {', '.join(runs)})")
+    problem = _self_check(lib, runs)
+    if problem:
+        return _Loaded(None, reason=problem)
+    return _Loaded(lib, choice if choice in VARIANTS else runs[-1], runs)
 
 
 def _pack_rows(values: np.ndarray) -> np.ndarray:
@@ -112,8 +176,8 @@ def _pack_rows(values: np.ndarray) -> np.ndarray:
     return packed.view("<i8").astype(np.int64)
 
 
-def _self_check(lib) -> str | None:
-    """Compares the kernels with numpy on a small case with ragged sizes."""
+def _self_check(lib, runs: tuple[str, ...]) -> str | None:
+    """Compares every variant in ``runs`` with numpy on a small case with ragged sizes."""
     rng = np.random.default_rng(7)
     x = np.where(rng.random((5, 130)) < 0.5, 1.0, -1.0)
     w = np.where(rng.random((130, 70)) < 0.5, 1.0, -1.0)
@@ -124,39 +188,78 @@ def _self_check(lib) -> str | None:
     xw, ww = _pack_rows(x), np.ascontiguousarray(_pack_rows(w.T).T)
     fw = _pack_rows(np.where(flip, 1.0, -1.0))[0]
     pixels = rng.integers(0, 256, (5, 130)).astype(np.uint8)
-    try:
-        ok = (np.array_equal(130 - 2 * lib.bnn_xor_popcount(xw, ww).numpy(), dots)
-              and np.array_equal(lib.bnn_xor_popcount_sign(xw, ww, threshold, fw, n=130).numpy(),
-                                 expected)
-              and np.array_equal(lib.bnn_threshold_pack(dots, threshold, fw).numpy(), expected)
-              and np.array_equal(lib.bnn_bitplane_sign(pixels, ww, 100 * threshold, fw).numpy(),
-                                 _pack_rows(np.where((pixels.astype(np.int64) @ w
-                                                      >= 100 * threshold) ^ flip, 1.0, -1.0))))
-    except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
-        return f"native kernels failed their check: {exc}"
-    return None if ok else "native kernels gave wrong results in their check"
+    products = _pack_rows(np.where((pixels.astype(np.int64) @ w >= 100 * threshold) ^ flip,
+                                   1.0, -1.0))
+    table = table_kernel(ww, 130)
+    scale = rng.normal(0, 1, 70).astype(np.float32)
+    shift = rng.normal(0, 1, 70).astype(np.float32)
+    logits = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
+    for isa in runs:
+        try:
+            ok = (np.array_equal(130 - 2 * lib.bnn_xor_popcount(xw, ww, isa=isa).numpy(), dots)
+                  and np.array_equal(lib.bnn_xor_popcount_sign(xw, ww, threshold, fw, n=130,
+                                                                isa=isa).numpy(), expected)
+                  and np.array_equal(lib.bnn_threshold_pack(dots, threshold, fw,
+                                                            isa=isa).numpy(), expected)
+                  and np.array_equal(lib.bnn_pixel_table_sign(
+                      pixels, table, 100 * threshold, fw, scale=1.0, offset=0.0,
+                      isa=isa).numpy(), products)
+                  and np.array_equal(lib.bnn_xor_popcount_affine(
+                      xw, ww, scale, shift, n=130, isa=isa).numpy(), logits))
+        except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
+            return f"native kernels ({isa}) failed their check: {exc}"
+        if not ok:
+            return f"native kernels ({isa}) gave wrong results in their check"
+    return None
+
+
+def _loaded() -> _Loaded:
+    """The library for the current :func:`setting`, built or loaded once per setting and
+    process."""
+    choice = setting()
+    with _lock:
+        if choice not in _state:
+            _state[choice] = _build(choice)
+        return _state[choice]
 
 
 def library():
-    """The loaded op library (building it on first use), or ``None`` if unavailable."""
-    with _lock:
-        if "library" not in _state:
-            _state["library"], _state["reason"] = _build()
-        return _state["library"]
+    """The loaded op library (building it on first use), or ``None`` if unavailable.
+
+    Raises:
+        bnn.errors.SettingError: for a ``BNN_NATIVE_KERNELS`` value :func:`setting` cannot read.
+    """
+    return _loaded().library
+
+
+def variant() -> str | None:
+    """The variant the ops run by default: the one ``BNN_NATIVE_KERNELS`` names, else the best
+    this CPU runs; ``None`` when the kernels are unavailable."""
+    return _loaded().variant
+
+
+def variants() -> tuple[str, ...]:
+    """Every variant this CPU runs, slowest first (each checked against numpy); empty when the
+    kernels are unavailable."""
+    return _loaded().variants
 
 
 def preferred() -> bool:
     """Whether :class:`bnn.packing.PackedModel` uses these kernels by default: where they are
-    available and, on x86, the CPU has AVX-512 VPOPCNTDQ. Without it they count bits one word
-    at a time, and on an AVX2 CPU (Zen 3) the XLA kernels ran the packed MLP 2-3x faster (batch
-    1: 0.57 against 1.12 ms; batch 100: 8.0 against 25.1 ms). ``BNN_NATIVE_KERNELS=1`` prefers
-    them on any CPU."""
-    if not available():
+    available and run their AVX-512 or AVX2 variant, or on a CPU other than x86; on an x86 CPU
+    without AVX2 the generic variant counts bits one word at a time and the XLA kernels are
+    faster. ``BNN_NATIVE_KERNELS=1`` (or a variant's name) prefers them on any CPU.
+
+    The AVX2 variant against the XLA kernels, both restricted to AVX2 (``BNN_NATIVE_KERNELS=avx2``,
+    ``XLA_FLAGS=--xla_cpu_max_isa=AVX2``) on an AVX-512 CPU, one thread, process CPU time: a
+    2048x2048 packed layer took 0.65-0.68x the XLA kernel's time at batch 100 and 0.17x at batch
+    1 (docs/export.md)."""
+    loaded = _loaded()
+    if loaded.library is None:
         return False
-    if os.environ.get("BNN_NATIVE_KERNELS", "").strip().lower() in ("1", "true", "on", "yes"):
+    if setting() != "auto":
         return True
-    flags = cpu.flags()
-    return not (cpu.is_x86() and flags and "avx512_vpopcntdq" not in flags)
+    return loaded.variant in ("avx512", "avx2") or not cpu.is_x86()
 
 
 def available() -> bool:
@@ -166,36 +269,119 @@ def available() -> bool:
 
 def unavailable_reason() -> str | None:
     """Why :func:`available` is False (``None`` when it is True)."""
-    library()
-    return _state["reason"]  # type: ignore[return-value]
+    return _loaded().reason
 
 
-def xor_popcount(x_words: tf.Tensor, w_words: tf.Tensor) -> tf.Tensor:
-    """``(batch, units)`` int32 ``sum_k popcount(x[b, k] XOR w[k, u])`` for int64 words
-    ``x`` ``(batch, words)`` and ``w`` ``(words, units)``."""
-    return library().bnn_xor_popcount(x_words, w_words)
+class Ops:
+    """The native ops of one variant, looked up once (see :func:`ops`): for code that calls them
+    many times, such as :class:`bnn.packing.PackedModel` on small batches. Inputs are tensors or
+    arrays of the stated dtypes."""
+
+    def __init__(self, lib, variant: str):
+        self._lib, self.variant = lib, variant
+
+    def xor_popcount(self, x_words: tf.Tensor, w_words: tf.Tensor) -> tf.Tensor:
+        """``(batch, units)`` int32 ``sum_k popcount(x[b, k] XOR w[k, u])`` for int64 words
+        ``x`` ``(batch, words)`` and ``w`` ``(words, units)``."""
+        return self._lib.bnn_xor_popcount(x_words, w_words, isa=self.variant)
+
+    def xor_popcount_sign(self, x_words: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor,
+                          flip: tf.Tensor, n: int) -> tf.Tensor:
+        """Packed bits ``[n - 2 * xor_popcount(x, w) >= threshold] XOR flip``, ``(batch,
+        ceil(units / 64))`` int64, for ``n`` real bits per row."""
+        return self._lib.bnn_xor_popcount_sign(x_words, w_words, threshold, flip, n=int(n),
+                                               isa=self.variant)
+
+    def xor_popcount_affine(self, x_words: tf.Tensor, w_words: tf.Tensor, scale: tf.Tensor,
+                            shift: tf.Tensor, n: int) -> tf.Tensor:
+        """float32 ``(batch, units)`` ``a * scale + shift`` for the dot products ``a = n - 2 *
+        xor_popcount(x, w)``, computed in float64 and rounded once to float32 (the product is
+        exact, so this is the rounding of XLA's fused multiply-add)."""
+        return self._lib.bnn_xor_popcount_affine(x_words, w_words, scale, shift, n=int(n),
+                                                 isa=self.variant)
+
+    def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
+        """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""
+        return self._lib.bnn_threshold_pack(a, threshold, flip, isa=self.variant)
+
+    def pixel_table_sign(self, u: tf.Tensor, w_table: tf.Tensor, threshold: tf.Tensor,
+                         flip: tf.Tensor, encoding: dict[str, float] | None = None
+                         ) -> tf.Tensor:
+        """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
+        [0, 255] (each example flattened) and a ±1 kernel ``w`` given as :func:`table_kernel`,
+        exact. ``u`` is uint8, or float32 ``x`` with ``encoding`` ``{"scale": s, "offset":
+        o}``, encoded to ``clip(round((x - o) / s), 0, 255)``.
+
+        With ``u . w = 2 * (u . b) - sum(u)`` for the weight bits ``b`` and ``u = 16 * h + l``
+        for the pixels' nibbles, ``u . b = 16 * (h . b) + l . b``; per group of 4 pixels, the
+        16 sums of their low (high) nibbles over the subsets of the group form a table that
+        each unit's 4 weight bits index."""
+        scale, offset = (1.0, 0.0) if encoding is None else (encoding["scale"],
+                                                             encoding["offset"])
+        # every attribute given: eager calls that leave one at its default cost about 18 us more
+        return self._lib.bnn_pixel_table_sign(u, w_table, threshold, flip, scale=float(scale),
+                                              offset=float(offset), isa=self.variant)
+
+
+def table_kernel(w_words: np.ndarray, n: int) -> np.ndarray:
+    """The ±1 kernel of packed words ``w_words`` ``(ceil(n / 64), units)`` in the layout of
+    :meth:`Ops.pixel_table_sign`: uint8 ``(blocks, groups, 32)``, ``groups = ceil(n / 4)``,
+    ``blocks = 2 * ceil(units / 64)``; byte ``[u // 32, g, u % 32]`` holds bits ``4 g`` to
+    ``4 g + 3`` of unit ``u``'s weights (1 for +1; bits past ``n`` and pad units 0)."""
+    w_words = np.asarray(w_words, np.int64)
+    units = w_words.shape[1]
+    groups, blocks = -(-n // 4), 2 * -(-units // 64)
+    as_bytes = np.ascontiguousarray(w_words.T).astype("<i8").view(np.uint8)
+    bits = np.unpackbits(as_bytes, axis=1, bitorder="little")[:, :n]  # (units, n)
+    bits = np.pad(bits, [(0, blocks * 32 - units), (0, groups * 4 - n)])
+    nibbles = (bits.reshape(blocks * 32, groups, 4) << np.arange(4, dtype=np.uint8)).sum(-1)
+    return np.ascontiguousarray(
+        nibbles.reshape(blocks, 32, groups).transpose(0, 2, 1).astype(np.uint8))
+
+
+def ops(variant: str | None = None) -> Ops:
+    """The ops of ``variant`` (one of :func:`variants`; default :func:`variant`).
+
+    Raises:
+        RuntimeError: where the kernels are unavailable (:func:`unavailable_reason`).
+        ValueError: for a variant this CPU does not run.
+    """
+    loaded = _loaded()
+    if loaded.library is None:
+        raise RuntimeError(f"native kernels unavailable: {loaded.reason}")
+    chosen = variant or loaded.variant
+    if chosen not in loaded.variants:
+        raise ValueError(f"kernel variant {chosen!r} does not run here; this CPU runs "
+                         f"{', '.join(loaded.variants)}")
+    return Ops(loaded.library, chosen)
+
+
+def xor_popcount(x_words: tf.Tensor, w_words: tf.Tensor, variant: str | None = None
+                 ) -> tf.Tensor:
+    """:meth:`Ops.xor_popcount` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).xor_popcount(x_words, w_words)
 
 
 def xor_popcount_sign(x_words: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor,
-                      flip: tf.Tensor, n: int) -> tf.Tensor:
-    """Packed bits ``[n - 2 * xor_popcount(x, w) >= threshold] XOR flip``, ``(batch,
-    ceil(units / 64))`` int64, for ``n`` real bits per row."""
-    return library().bnn_xor_popcount_sign(x_words, w_words, threshold, flip, n=int(n))
+                      flip: tf.Tensor, n: int, variant: str | None = None) -> tf.Tensor:
+    """:meth:`Ops.xor_popcount_sign` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).xor_popcount_sign(x_words, w_words, threshold, flip, n)
 
 
-def threshold_pack(a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
-    """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""
-    return library().bnn_threshold_pack(a, threshold, flip)
+def xor_popcount_affine(x_words: tf.Tensor, w_words: tf.Tensor, scale: tf.Tensor,
+                        shift: tf.Tensor, n: int, variant: str | None = None) -> tf.Tensor:
+    """:meth:`Ops.xor_popcount_affine` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).xor_popcount_affine(x_words, w_words, scale, shift, n)
 
 
-def bitplane_sign(u: tf.Tensor, w_words: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
-                  encoding: dict[str, float] | None = None) -> tf.Tensor:
-    """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
-    [0, 255] (each example flattened) and a packed ±1 kernel ``w`` ``(words, units)``, exact,
-    from the 8 bit planes of ``u``. ``u`` is uint8, or float32 ``x`` with ``encoding``
-    ``{"scale": s, "offset": o}``, encoded to ``clip(round((x - o) / s), 0, 255)``."""
-    if encoding is None:
-        return library().bnn_bitplane_sign(u, w_words, threshold, flip)
-    return library().bnn_bitplane_sign(u, w_words, threshold, flip,
-                                       scale=float(encoding["scale"]),
-                                       offset=float(encoding["offset"]))
+def threshold_pack(a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
+                   variant: str | None = None) -> tf.Tensor:
+    """:meth:`Ops.threshold_pack` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).threshold_pack(a, threshold, flip)
+
+
+def pixel_table_sign(u: tf.Tensor, w_table: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor,
+                     encoding: dict[str, float] | None = None, variant: str | None = None
+                     ) -> tf.Tensor:
+    """:meth:`Ops.pixel_table_sign` of ``variant`` (default: :func:`variant`)."""
+    return ops(variant).pixel_table_sign(u, w_table, threshold, flip, encoding)

@@ -30,12 +30,12 @@ from typing import Any, Sequence
 import numpy as np
 import tensorflow as tf
 
-from bnn import kernels
+from bnn import cpu, kernels
 from bnn.bitops import WORD_BITS, pack, same_pads, xor_popcount_conv2d, xor_popcount_matmul
 
 __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_threshold",
-           "int8_matmul_available", "PackedModel", "NativeKernelsUnavailable", "WORD_BITS",
-           "LARGE_BATCH", "EAGER_BATCH"]
+           "int8_matmul_available", "int8_first_layer_preferred", "PackedModel",
+           "NativeKernelsUnavailable", "WORD_BITS", "LARGE_BATCH", "EAGER_BATCH"]
 
 #: Batches of at least this many examples run the int8 oneDNN first layer (when available) and
 #: split the XLA part into two halves that run concurrently; smaller batches run one XLA call.
@@ -144,9 +144,11 @@ class _Stage(tf.Module):
             self.kernel = tf.Variable(unpack_bits(arrays["kernel"], n, axis=axis),
                                       trainable=False, name="kernel")
         self.bias = const("bias", tf.float32) if "bias" in arrays else None
-        if self.integer_in:  # exact integer products u . w: int8 kernel for oneDNN, and words
-            self.kernel_int8 = self.kernel.numpy().astype(np.int8)
+        if self.integer_in:  # exact integer products u . w: int8 kernel for oneDNN, words, and
+            self.kernel_int8 = self.kernel.numpy().astype(np.int8)  # the native pixel tables'
             self.kernel_words = const("kernel", tf.int64)
+            self.kernel_table = tf.constant(kernels.table_kernel(
+                arrays["kernel"], int(np.prod(self.in_shape))))
         if self.output == "bits" and (self.packed_in or self.integer_in):
             self.threshold = const("threshold", tf.int32)
             self.flip = const("flip", tf.int64)
@@ -269,17 +271,24 @@ class _Stage(tf.Module):
         weights = tf.constant([1 << k for k in range(8)], tf.int32)[None, :, None]
         return tf.reduce_sum((2 * counts - ones[:, :, None]) * weights, axis=1)
 
-    def native_call(self, x: tf.Tensor) -> tf.Tensor | None:
+    def native_call(self, x: tf.Tensor, encoding: dict[str, float] | None = None
+                    ) -> tf.Tensor | None:
         """The stage through the native kernels (:mod:`bnn.kernels`) where they apply: a packed
-        dense stage, or the threshold of an integer first stage given its int32 products;
-        ``None`` elsewhere. Same integers as :meth:`__call__`."""
+        dense stage, or an integer first stage given its uint8 pixels or float inputs encoded by
+        ``encoding`` (pixel tables) or its int32 products (thresholds); ``None`` elsewhere.
+        Same integers as :meth:`__call__`."""
         if self.packed_in and self.op == "dense":
             x = tf.reshape(x, [-1, int(x.shape[-1])])
             n = int(np.prod(self.in_shape))
             if self.output == "bits":
                 return kernels.xor_popcount_sign(x, self.kernel, self.threshold, self.flip, n)
-            dots = n - 2 * kernels.xor_popcount(x, self.kernel)
-            return self._tail_xla(dots) if self.pool else self._logits_float64(dots)
+            if self.pool:
+                return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
+            return kernels.xor_popcount_affine(x, self.kernel, self.logit_scale,
+                                               self.logit_shift, n)
+        if self.integer_in and x.dtype != tf.int32 and self.output == "bits":
+            return kernels.pixel_table_sign(x, self.kernel_table, self.threshold, self.flip,
+                                            None if x.dtype == tf.uint8 else encoding)
         if self.integer_in and x.dtype == tf.int32 and self.output == "bits":
             return kernels.threshold_pack(x, self.threshold, self.flip)
         return None
@@ -313,21 +322,6 @@ class _Stage(tf.Module):
         if self.pool:
             a = tf.nn.max_pool2d(a, list(self.pool), list(self.pool), "VALID")
         return self._norm(a) >= 0
-
-    def _logits_float64(self, dots: tf.Tensor) -> tf.Tensor:
-        """:meth:`logits_numpy` as TensorFlow ops, for a graph: the same float64 arithmetic,
-        without launching an XLA computation for a few thousand multiply-adds."""
-        scale = tf.constant(self.logit_scale_np.astype(np.float64))
-        shift = tf.constant(self.logit_shift_np.astype(np.float64))
-        return tf.cast(tf.cast(dots, tf.float64) * scale + shift, tf.float32)
-
-    def logits_numpy(self, dots: np.ndarray) -> np.ndarray:
-        """The logits stage's affine map in numpy for integer dot products of a stage without
-        pooling, rounded as XLA's fused multiply-add on CPU: the float32 product is exact in
-        float64, so the sum is rounded once (to float64, then float32; the two roundings differ
-        from one only on an exact float32 tie after the first)."""
-        product = dots.astype(np.float64) * self.logit_scale_np.astype(np.float64)
-        return (product + self.logit_shift_np.astype(np.float64)).astype(np.float32)
 
     def real_signs(self, x: tf.Tensor) -> tf.Tensor:
         """The unpacked sign bits of a hidden stage with real inputs (binarized first if the
@@ -385,6 +379,17 @@ def int8_matmul_available() -> bool:
 _INT8_MATMUL: bool | None = None
 
 
+def int8_first_layer_preferred() -> bool:
+    """Whether, with native kernels, an integer first stage of a batch of :data:`LARGE_BATCH` or
+    more takes oneDNN's int8 product (:func:`int8_matmul_available`) rather than the native
+    pixel tables (:meth:`bnn.kernels.Ops.pixel_table_sign`): where the kernels run their
+    AVX-512 variant and the CPU has AVX-512 VNNI, whose int8 dot products beat the tables. Per
+    example of a 784 -> 2048 layer, batch 1024, on an AVX-512 CPU with oneDNN limited to each
+    instruction set: AVX2 21 us against 12 us for the tables, AVX2 with VNNI 12 against 12,
+    AVX-512 with VNNI 9 against 12, all of it (AMX) 7 against 12 (docs/export.md)."""
+    return kernels.variant() == "avx512" and "avx512_vnni" in cpu.flags()
+
+
 class NativeKernelsUnavailable(RuntimeError):
     """``PackedModel(..., native=True)`` where :mod:`bnn.kernels` is unavailable or the model
     has packed convolutions."""
@@ -423,11 +428,11 @@ class PackedModel(tf.Module):
     Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
     per layer. With native kernels, a model with an integer first stage and packed dense layers
     (the MLP) runs batches under :data:`EAGER_BATCH` as a chain of eager native ops (bit-plane
-    first layer, xor-popcount layers, logits in numpy), with no graph call at all; larger
-    batches, and other models' batches of :data:`LARGE_BATCH` or more, run one graph: the int8
-    first layer (when :func:`int8_matmul_available`), native packed dense layers spread over the
-    intra-op threads, a dense logits stage's affine map in float64 (rounded as XLA's fused
-    multiply-add, like the eager chain's numpy), and the other stages as XLA calls. Without
+    first layer, xor-popcount layers, the logits' xor-popcount and affine map), with no graph
+    call at all; larger batches, and other models' batches of :data:`LARGE_BATCH` or more, run
+    one graph: the int8 first layer (when :func:`int8_matmul_available`), native packed dense
+    layers spread over the intra-op threads (a dense logits stage with its affine map in
+    float64, rounded once as XLA's fused multiply-add), and the other stages as XLA calls. Without
     native kernels, batches under :data:`LARGE_BATCH` run one XLA call (batch 1 with a static
     shape, where an integer first stage uses bit planes), larger ones two independent halves,
     each the int8 first layer and one XLA call for the rest, which TensorFlow can run on two
@@ -479,6 +484,7 @@ class PackedModel(tf.Module):
                     self._entry(in_dtype, mode), jit_compile=mode == "xla" and xla_entry,
                     input_signature=[tf.TensorSpec([batch, *self.input_shape], dtype)])
         self._dispatch = _Dispatch(functions)
+        self._ops = kernels.ops() if self.native else None
         self._chain = self._eager_chain() if self.native else None
         self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=xla_entry,
                                  input_signature=[tf.TensorSpec([None, *self.input_shape])])
@@ -490,13 +496,16 @@ class PackedModel(tf.Module):
         run = {"xla": self._run_body if self._real_first else self._forward,
                "split": self._large_batch, "native": self._native}[mode]
 
+        # the native pixel tables encode float inputs themselves, in the same float32 arithmetic
+        tables = mode == "native" and not (self._int8 and int8_first_layer_preferred())
+
         def entry(x):
-            if x.dtype != in_dtype:
+            if x.dtype != in_dtype and not tables:
                 x = self._encode(x)
             return run(x)
         return entry
 
-    def _eager_chain(self) -> list | None:
+    def _eager_chain(self) -> tuple | None:
         """Constants for running small batches as a chain of eager native ops (no graph call):
         for an integer first stage, packed dense hidden stages and a packed dense logits stage
         without pooling; ``None`` for other models."""
@@ -508,32 +517,34 @@ class PackedModel(tf.Module):
                 and not last.pool):
             return None
         const = lambda v: tf.constant(v.numpy())  # noqa: E731
-        chain = [(const(first.kernel_words), const(first.threshold), const(first.flip))]
+        chain = [(first.kernel_table, const(first.threshold), const(first.flip))]
         chain += [(const(st.kernel), const(st.threshold), const(st.flip),
                    int(np.prod(st.in_shape))) for st in middle]
-        return chain + [(const(last.kernel), int(np.prod(last.in_shape)))]
+        chain += [(const(last.kernel), last.logit_scale, last.logit_shift,
+                   int(np.prod(last.in_shape)))]
+        return tuple(chain)
 
     def _eager(self, x: tf.Tensor) -> tf.Tensor:
-        """A small batch through :meth:`_eager_chain`: a few eager native ops and numpy for the
-        logits, which round exactly as the XLA paths' multiply and add."""
-        words = kernels.bitplane_sign(x, *self._chain[0], encoding=(
+        """A small batch through :meth:`_eager_chain`: one eager native op per stage, the last
+        one computing the logits (rounded as the XLA paths' fused multiply-add)."""
+        ops = self._ops
+        words = ops.pixel_table_sign(x, *self._chain[0], encoding=(
             None if x.dtype == tf.uint8 else self.input_encoding))
         for kernel, threshold, flip, n in self._chain[1:-1]:
-            words = kernels.xor_popcount_sign(words, kernel, threshold, flip, n)
-        kernel, n = self._chain[-1]
-        dots = n - 2 * kernels.xor_popcount(words, kernel).numpy()
-        return tf.constant(self.stages[-1].logits_numpy(dots))
+            words = ops.xor_popcount_sign(words, kernel, threshold, flip, n)
+        return ops.xor_popcount_affine(words, *self._chain[-1])
 
     def _native(self, x: tf.Tensor) -> tf.Tensor:
-        """Packed dense stages (and the integer first stage's threshold) on the native kernels,
-        each other stage as one XLA call; the kernels use all intra-op threads."""
-        if self._int8:
+        """Packed dense stages and an integer first stage on the native kernels (that stage's
+        products by oneDNN's int8 inner product where :func:`int8_first_layer_preferred`), each
+        other stage as one XLA call; the kernels use all intra-op threads."""
+        if self._int8 and int8_first_layer_preferred():
             x = self.stages[0].integer_product(x)
         for i, stage in enumerate(self.stages):
             if i == 0 and self._real_first:
                 x = _pack_xla(stage.real_signs(x))
                 continue
-            y = stage.native_call(x)
+            y = stage.native_call(x, self.input_encoding)
             x = stage.call_xla(x) if y is None else y
         return x
 
@@ -589,6 +600,19 @@ class PackedModel(tf.Module):
         ``x`` holds normalized float inputs or, for a model with an input encoding, uint8
         pixels; float inputs of such a model must lie on its pixel grid ``scale * u + offset``.
         """
+        x = self.prepare(x)
+        parts = [self(x[i:i + batch_size]).numpy() for i in range(0, len(x), batch_size)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.stages[-1].units), np.float32)
+
+    def prepare(self, x) -> np.ndarray:
+        """``x`` checked and converted for :meth:`__call__`: for a model with an input encoding,
+        uint8 pixels (float inputs must lie on its pixel grid, and become the pixels they
+        encode, which give identical logits); otherwise float32.
+
+        Raises:
+            ValueError: for inputs of the wrong shape, or float inputs of an encoded model that
+                are not on its pixel grid.
+        """
         x = np.asarray(x)
         if x.dtype != np.uint8 or self.input_encoding is None:
             x = x.astype(np.float32)
@@ -603,8 +627,8 @@ class PackedModel(tf.Module):
                 raise ValueError(f"inputs are not pixels u in [0, 255] normalized as "
                                  f"{scale:.6g} * u + {offset:.6g} (off by up to {error:.3g}); "
                                  "pass the uint8 pixels or inputs normalized the same way")
-        parts = [self(x[i:i + batch_size]).numpy() for i in range(0, len(x), batch_size)]
-        return np.concatenate(parts) if parts else np.zeros((0, self.stages[-1].units), np.float32)
+            return u.astype(np.uint8)
+        return x
 
     def save_savedmodel(self, path: str) -> None:
         """Writes a TensorFlow SavedModel whose ``serving_default`` signature maps float32

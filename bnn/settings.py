@@ -8,7 +8,9 @@ instead of being ignored. What ``"auto"`` means is decided where the setting is 
 - ``BNN_PACKED_FORWARD``: ``on`` / ``off`` / ``auto``, whether binary layers compute their forward
   products by xor-popcount (:func:`bnn.bitops.packed_training_enabled`);
 - ``BNN_CONV_GRADIENTS``: ``xla`` / ``tensorflow`` / ``auto``, which kernels compute binary
-  convolutions' gradients outside XLA-compiled models (:func:`bnn.bitops.xla_conv_gradients`).
+  convolutions' gradients outside XLA-compiled models (:func:`bnn.bitops.xla_conv_gradients`);
+- ``BNN_NATIVE_KERNELS``: ``on`` / ``off`` / ``auto`` or a variant of :data:`KERNEL_VARIANTS`,
+  whether and which native xor-popcount kernels packed models use (:mod:`bnn.kernels`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import os
 
 from bnn.errors import SettingError
 
-__all__ = ["packed_forward", "conv_gradients", "check"]
+__all__ = ["KERNEL_VARIANTS", "packed_forward", "conv_gradients", "native_kernels", "check"]
+
+#: The native kernels' instruction-set variants, from the most portable.
+KERNEL_VARIANTS: tuple[str, ...] = ("generic", "avx2", "avx512")
 
 _SWITCH = {"0": "off", "false": "off", "off": "off", "no": "off",
            "1": "on", "true": "on", "on": "on", "yes": "on", "auto": "auto"}
@@ -43,7 +48,15 @@ def conv_gradients() -> str:
                  "'auto', 'xla' or 'tensorflow'")
 
 
+def native_kernels() -> str:
+    """``BNN_NATIVE_KERNELS``: ``"on"``, ``"off"``, ``"auto"`` or a variant of
+    :data:`KERNEL_VARIANTS`."""
+    return _read("BNN_NATIVE_KERNELS", {**_SWITCH, **{v: v for v in KERNEL_VARIANTS}},
+                 f"auto, 0, 1, {', '.join(KERNEL_VARIANTS)}")
+
+
 def check() -> None:
     """Reads every setting, raising :class:`SettingError` for the first unreadable one."""
     packed_forward()
     conv_gradients()
+    native_kernels()

@@ -32,6 +32,16 @@ def test_export_evaluate_and_predict_agree_with_the_keras_model(run_dir, tmp_pat
         figures[model.suffix] = json.loads(out.read_text())
     assert figures[".bnn"]["accuracy"] == pytest.approx(figures[".keras"]["accuracy"], abs=2e-4)
     assert figures[".bnn"]["accuracy"] > 0.2 and figures[".bnn"]["examples_per_second"] > 0
+    assert figures[".bnn"]["batch_size"] >= 1 and figures[".bnn"]["workers"] >= 1
+
+    out = tmp_path / "compare.json"
+    assert main(["evaluate", str(packed), "--dataset", "mnist", "--data-dir", str(DATA_DIR),
+                 "--compare", str(run_dir / "binary" / "model.keras"), "--batch-size", "256",
+                 "--json", str(out)]) == 0
+    compared = json.loads(out.read_text())
+    assert compared["batch_size"] == compared["compare"]["batch_size"] == 256
+    assert compared["compare"]["accuracy"] == pytest.approx(compared["accuracy"], abs=2e-4)
+    assert compared["compare"]["examples_per_second"] > 0 and compared["speedup"] > 0
 
     with np.load(DATA_DIR / "mnist.npz") as d:
         images, labels = d["x_test"][:20], d["y_test"][:20]
@@ -41,8 +51,14 @@ def test_export_evaluate_and_predict_agree_with_the_keras_model(run_dir, tmp_pat
         logits_path = tmp_path / f"logits{model.suffix}.npy"
         assert main(["predict", str(model), str(tmp_path / "images.npy"), "--dataset", "mnist",
                      "-o", str(logits_path)]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 40 and lines[0].startswith("0\t")
+    assert main(["predict", str(packed), str(tmp_path / "images.npy"), "--dataset", "mnist",
+                 "--compare", str(run_dir / "binary" / "model.keras")]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 60 and lines[0].startswith("0\t")
+    report = captured.err.strip().splitlines()
+    assert sum("examples/s" in line for line in report) == 4  # 2 runs, then both models
+    assert report[-1].startswith("bnn: speed-up over ")
     a, b = (np.load(tmp_path / f"logits{s}.npy") for s in (".bnn", ".keras"))
     np.testing.assert_array_equal(a.argmax(-1), b.argmax(-1))
     assert (a.argmax(-1) == labels).mean() > 0.2

@@ -32,6 +32,8 @@ def test_quick_mlp_run_writes_timings_sizes_and_mnist_agreement(inference, tmp_p
         assert batch["max_abs_logit_difference"] < 1e-3
     assert mlp["native_kernels"] == data["native_kernels"]  # the MLP uses them where preferred
     assert data["native_kernels_built"] or not data["native_kernels"]
+    assert data["native_kernel_variant"] in (("generic", "avx2", "avx512")
+                                             if data["native_kernels_built"] else (None,))
     for key in ("integer_first_layer", "float_first_layer"):
         assert data["mnist"][key]["disagreements"] == 0
     table = capsys.readouterr().out

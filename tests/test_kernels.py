@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bnn import kernels, models
+from bnn.errors import SettingError
 from bnn.export import export_model, load_packed
 from bnn.packing import EAGER_BATCH, NativeKernelsUnavailable, pack_bits
 
@@ -38,45 +39,115 @@ def _expected_words(values, threshold, flip):
         batch, -(-units // 64))
 
 
+def _variants():
+    """Every kernel variant this CPU runs (on an AVX-512 machine also avx2 and generic)."""
+    return kernels.variants() if kernels.available() else ("unavailable",)
+
+
 @needs_native
+@pytest.mark.parametrize("variant", _variants())
 @settings(max_examples=30, deadline=None)
 @given(batch=st.integers(0, 70), n=st.integers(1, 300), units=st.integers(1, 150),
        seed=st.integers(0, 2**16))
-def test_kernels_equal_numpy_for_ragged_sizes(batch, n, units, seed):
+def test_kernels_equal_numpy_for_ragged_sizes(variant, batch, n, units, seed):
     rng = np.random.default_rng(seed)
     x, w = _signs(rng, (batch, n)), _signs(rng, (n, units))
     dots = (x @ w).astype(np.int32)
     threshold, flip = _thresholds(rng, units, n + 1)
     expected = _expected_words(dots, threshold, flip)
     xw, ww = pack_bits(x, axis=1).reshape(batch, -(-n // 64)), pack_bits(w, axis=0)
-    mismatches = kernels.xor_popcount(xw, ww).numpy()
+    mismatches = kernels.xor_popcount(xw, ww, variant=variant).numpy()
     assert mismatches.shape == (batch, units) and mismatches.dtype == np.int32
     np.testing.assert_array_equal(n - 2 * mismatches, dots)
     np.testing.assert_array_equal(
-        kernels.xor_popcount_sign(xw, ww, threshold, _flip_words(flip), n).numpy(), expected)
+        kernels.xor_popcount_sign(xw, ww, threshold, _flip_words(flip), n,
+                                  variant=variant).numpy(), expected)
     np.testing.assert_array_equal(
-        kernels.threshold_pack(dots, threshold, _flip_words(flip)).numpy(), expected)
+        kernels.threshold_pack(dots, threshold, _flip_words(flip), variant=variant).numpy(),
+        expected)
 
 
 @needs_native
+@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("batch, n, units", [
+    (1, 2048, 2048),   # the MLP's hidden layers at batch 1
+    (100, 2048, 2048),  # ... and at batch 100: full tiles and a row tail
+    (7, 64 * 31, 72),  # exactly one block of byte counts; a partial last tile column
+    (5, 64 * 33, 9),   # byte counts over more than one block (31 words); units < one tile
+    (4, 64 * 62 + 1, 130),  # two full blocks and one bit more; odd word count
+])
+def test_kernels_equal_numpy_at_layer_sizes(variant, batch, n, units):
+    rng = np.random.default_rng(batch * n + units)
+    x, w = _signs(rng, (batch, n)), _signs(rng, (n, units))
+    x[0] = 1.0  # one row that mismatches every -1 weight: the largest counts the bytes hold
+    w[:, 0] = -1.0
+    dots = (x @ w).astype(np.int32)
+    threshold, flip = _thresholds(rng, units, 60)
+    xw, ww = pack_bits(x, axis=1), pack_bits(w, axis=0)
+    np.testing.assert_array_equal(n - 2 * kernels.xor_popcount(xw, ww, variant=variant).numpy(),
+                                  dots)
+    np.testing.assert_array_equal(
+        kernels.xor_popcount_sign(xw, ww, threshold, _flip_words(flip), n,
+                                  variant=variant).numpy(),
+        _expected_words(dots, threshold, flip))
+    scale, shift = (rng.normal(0, 0.1, units).astype(np.float32) for _ in range(2))
+    logits = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(  # float64 products are exact: one rounding, bit for bit
+        kernels.xor_popcount_affine(xw, ww, scale, shift, n, variant=variant).numpy(), logits)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
 @settings(max_examples=30, deadline=None)
-@given(batch=st.integers(0, 9), n=st.integers(1, 300), units=st.integers(1, 150),
+@given(batch=st.integers(0, 20), n=st.integers(1, 300), units=st.integers(1, 150),
        seed=st.integers(0, 2**16))
-def test_bitplane_kernel_equals_numpy_integer_products(batch, n, units, seed):
+def test_pixel_table_kernel_equals_numpy_integer_products(variant, batch, n, units, seed):
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (batch, n)).astype(np.uint8)
     w = _signs(rng, (n, units))
     z = pixels.astype(np.int64) @ w.astype(np.int64)
     threshold, flip = _thresholds(rng, units, 255 * n // 8)
     expected = _expected_words(z, threshold, flip)
-    args = (pack_bits(w, axis=0), threshold, _flip_words(flip))
-    np.testing.assert_array_equal(kernels.bitplane_sign(pixels, *args).numpy(), expected)
+    args = (kernels.table_kernel(pack_bits(w, axis=0), n), threshold, _flip_words(flip))
+    np.testing.assert_array_equal(
+        kernels.pixel_table_sign(pixels, *args, variant=variant).numpy(), expected)
     scale, offset = 1 / 127.5, -1.0  # float inputs on the pixel grid encode back to the pixels
     x = (pixels.astype(np.float32) * np.float32(scale) + np.float32(offset)).reshape(
         batch, 1, n, 1)
     np.testing.assert_array_equal(
-        kernels.bitplane_sign(x, *args, encoding={"scale": scale, "offset": offset}).numpy(),
+        kernels.pixel_table_sign(x, *args, encoding={"scale": scale, "offset": offset},
+                                 variant=variant).numpy(),
         expected)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("n", [784, 4 * 33 + 1])  # the MNIST layer; 33 groups: a partial round
+def test_pixel_table_kernel_is_exact_at_the_extremes(variant, n):
+    rng = np.random.default_rng(n)
+    pixels = rng.integers(0, 256, (4, n)).astype(np.uint8)
+    pixels[0], pixels[1] = 255, 0  # every nibble 15 (the largest table sums); none
+    w = _signs(rng, (n, 2048))
+    w[:, 0], w[:, 1] = 1.0, -1.0  # the largest and smallest products
+    z = pixels.astype(np.int64) @ w.astype(np.int64)
+    threshold, flip = _thresholds(rng, 2048, 255 * n)
+    threshold[:2] = z[0, :2]  # the extreme products sit exactly on their thresholds
+    np.testing.assert_array_equal(
+        kernels.pixel_table_sign(pixels, kernels.table_kernel(pack_bits(w, axis=0), n),
+                                 threshold, _flip_words(flip), variant=variant).numpy(),
+        _expected_words(z, threshold, flip))
+
+
+def test_table_kernel_layout_holds_four_weight_bits_per_byte():
+    w = -np.ones((9, 70))
+    w[5, 33] = 1.0   # input 5: group 1, bit 1 of unit 33 (block 1, column 1)
+    w[8, 69] = 1.0   # input 8: group 2, bit 0 of unit 69 (block 2, column 5)
+    table = kernels.table_kernel(pack_bits(w, axis=0), 9)
+    assert table.shape == (4, 3, 32) and table.dtype == np.uint8  # 2 words of 64 units: 4 blocks
+    expected = np.zeros((4, 3, 32), np.uint8)
+    expected[1, 1, 1] = 0b10
+    expected[2, 2, 5] = 0b01
+    np.testing.assert_array_equal(table, expected)
 
 
 @needs_native
@@ -129,23 +200,51 @@ def test_disabled_by_environment_gives_a_reason_and_packed_model_falls_back(fres
         load_packed(tmp_path / "m.bnn", native=True)
 
 
-@needs_native
-@pytest.mark.parametrize("flags, machine_is_x86, setting, expected", [
-    ({"avx2", "avx512f", "avx512_vpopcntdq"}, True, None, True),
-    ({"avx2", "fma"}, True, None, False),
-    ({"avx2", "fma"}, True, "1", True),
-    (set(), True, None, True),  # flags unknown: as before, native where it builds
-    ({"neon"}, False, None, True),
-], ids=["vpopcntdq", "avx2 only", "avx2 only, forced", "flags unknown", "not x86"])
-def test_native_kernels_are_preferred_only_where_they_beat_xla(monkeypatch, flags, machine_is_x86,
-                                                               setting, expected):
-    monkeypatch.setattr(kernels.cpu, "flags", lambda: frozenset(flags))
+@pytest.mark.parametrize("chosen, machine_is_x86, setting, expected", [
+    ("avx512", True, None, True),
+    ("avx2", True, None, True),
+    ("generic", True, None, False),
+    ("generic", True, "1", True),
+    ("generic", True, "generic", True),
+    ("generic", False, None, True),
+], ids=["avx512", "avx2", "x86 without avx2", "x86 without avx2, forced",
+        "generic forced by name", "not x86"])
+def test_native_kernels_are_preferred_only_where_they_beat_xla(monkeypatch, chosen,
+                                                               machine_is_x86, setting,
+                                                               expected):
+    monkeypatch.setattr(kernels, "_loaded",
+                        lambda: kernels._Loaded(object(), chosen, (chosen,)))
     monkeypatch.setattr(kernels.cpu, "is_x86", lambda: machine_is_x86)
     if setting is None:
         monkeypatch.delenv("BNN_NATIVE_KERNELS", raising=False)
     else:
         monkeypatch.setenv("BNN_NATIVE_KERNELS", setting)
     assert kernels.preferred() is expected
+
+
+@pytest.mark.parametrize("value, read", [
+    (None, "auto"), ("auto", "auto"), (" AUTO ", "auto"), ("0", "off"), ("off", "off"),
+    ("1", "on"), ("yes", "on"), ("avx2", "avx2"), ("AVX512", "avx512"), ("generic", "generic"),
+])
+def test_kernel_setting_reads_every_documented_value(monkeypatch, value, read):
+    if value is None:
+        monkeypatch.delenv("BNN_NATIVE_KERNELS", raising=False)
+    else:
+        monkeypatch.setenv("BNN_NATIVE_KERNELS", value)
+    assert kernels.setting() == read
+
+
+@pytest.mark.parametrize("value", ["sse", "2", "avx-2"])
+def test_an_unreadable_kernel_setting_is_a_one_line_error(fresh_state, tmp_path, value):
+    fresh_state.setenv("BNN_NATIVE_KERNELS", value)
+    with pytest.raises(SettingError, match="BNN_NATIVE_KERNELS must be auto, 0, 1, generic, "
+                                           "avx2, avx512") as error:
+        kernels.available()
+    assert "\n" not in str(error.value) and repr(value) in str(error.value)
+    model = models.build("binarynet_mlp", hidden_units=(8,), input_shape=(6,))
+    export_model(model, tmp_path / "m.bnn")
+    with pytest.raises(SettingError, match="^BNN_NATIVE_KERNELS must be"):
+        load_packed(tmp_path / "m.bnn")
 
 
 def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
@@ -172,8 +271,11 @@ def test_build_is_cached_and_reused_by_later_processes(tmp_path):
 
 
 @needs_native
+@pytest.mark.parametrize("forced", _variants())
 @pytest.mark.parametrize("encoding", [None, (1 / 127.5, -1.0)])
-def test_native_and_xla_paths_give_identical_logits(tmp_path, encoding):
+def test_native_and_xla_paths_give_identical_logits(fresh_state, tmp_path, encoding, forced):
+    fresh_state.setenv("BNN_NATIVE_KERNELS", forced)
+    assert kernels.variant() == forced and kernels.preferred()
     rng = np.random.default_rng(3)
     model = models.build("binarynet_mlp", hidden_units=(96, 70), input_shape=(28, 28, 1))
     for layer in model.layers:
