@@ -197,15 +197,21 @@ def _start_tensorflow(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
     from bnn import settings
-    from bnn.config import dump_config, load_config
-    from bnn.rundir import RunLock, prepare_run_dir
+    from bnn.config import load_config
 
     config = load_config(args.config, args.overrides)
     settings.check()
     data_dir = _data_dir(args.data_dir)
     precisions = precisions or [config.model.precision]
     shared_dir = Path(args.output_dir or config.output_dir)
-    progress.set_enabled(not args.quiet)
+    with progress.enabled(not args.quiet):
+        return _train_and_report(args, config, precisions, data_dir, shared_dir)
+
+
+def _train_and_report(args, config, precisions, data_dir, shared_dir) -> int:
+    from bnn.config import dump_config
+    from bnn.rundir import RunLock, prepare_run_dir
+
     if config.training.distribute == "multi_worker":
         _start_tensorflow(args)  # the workers meet before any of them writes
         from bnn.runtime import worker_run_dir

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Iterator, TextIO
 
-__all__ = ["phase", "Phase", "set_enabled"]
+__all__ = ["phase", "Phase", "set_enabled", "enabled"]
 
 _FRAMES = "|/-\\"
 _state = {"enabled": True}
@@ -25,6 +25,17 @@ _state = {"enabled": True}
 def set_enabled(enabled: bool) -> None:
     """Shows progress lines (the default) or not."""
     _state["enabled"] = bool(enabled)
+
+
+@contextlib.contextmanager
+def enabled(flag: bool) -> Iterator[None]:
+    """Shows progress lines or not inside the block, then restores the setting before it."""
+    before = _state["enabled"]
+    set_enabled(flag)
+    try:
+        yield
+    finally:
+        set_enabled(before)
 
 
 class Phase:

@@ -19,6 +19,17 @@ def run_dir(tmp_path_factory):
     return tmp / "run"
 
 
+def test_a_quiet_run_leaves_progress_lines_on_for_what_comes_after(run_dir, capsys):
+    import io
+
+    from bnn import progress
+
+    out = io.StringIO()
+    with progress.phase("loading", out):
+        pass
+    assert out.getvalue().startswith("bnn: loading: ")
+
+
 @needs_mnist
 def test_export_evaluate_and_predict_agree_with_the_keras_model(run_dir, tmp_path, capsys):
     packed = tmp_path / "tiny.bnn"

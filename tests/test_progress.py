@@ -41,10 +41,17 @@ def test_on_a_terminal_a_spinner_runs_and_is_cleared_before_the_line():
 
 def test_disabled_progress_prints_nothing():
     out = Terminal()
-    progress.set_enabled(False)
-    try:
+    with progress.enabled(False):
         with progress.phase("loading", out):
             pass
-    finally:
-        progress.set_enabled(True)
     assert out.getvalue() == ""
+
+
+def test_enabled_restores_the_setting_before_it_even_after_an_error():
+    with pytest.raises(RuntimeError):
+        with progress.enabled(False):
+            raise RuntimeError("stop")
+    out = io.StringIO()
+    with progress.phase("loading", out):
+        pass
+    assert out.getvalue().startswith("bnn: loading: ")
