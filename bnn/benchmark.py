@@ -41,13 +41,15 @@ from bnn import step_phases
 
 __all__ = ["run", "paired_ratio", "BlockTimer", "Companions", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
 
-DEFAULT_BATCH_SIZES: dict[str, int] = {"binarynet_mlp": 100, "vgg_small": 50, "binary_resnet": 50}
+DEFAULT_BATCH_SIZES: dict[str, int] = {"binarynet_mlp": 100, "vgg_small": 50, "binary_resnet": 50,
+                                       "reactnet_resnet": 50}
 
 # Small versions of each architecture for --quick (a smoke test of the harness, not a measurement).
 _QUICK_OPTIONS: dict[str, dict[str, Any]] = {
     "binarynet_mlp": dict(input_shape=(8, 8, 1), hidden_units=(32, 32)),
     "vgg_small": dict(input_shape=(8, 8, 3), filters=(4, 4, 8, 8, 8, 8), dense_units=(16, 16)),
     "binary_resnet": dict(input_shape=(8, 8, 3), stages=(4, 8), blocks_per_stage=1),
+    "reactnet_resnet": dict(input_shape=(8, 8, 3), stages=(4, 8), blocks_per_stage=1),
 }
 _QUICK_BATCH = 8
 

@@ -2,7 +2,7 @@
 one-line errors with exit code 2.
 
     bnn train CONFIG.yaml [--precision binary|float] [--set KEY=VALUE ...] [--output-dir DIR]
-    bnn compare CONFIG.yaml [--set KEY=VALUE ...] [--output-dir DIR] [--resume] [--overwrite]
+    bnn compare CONFIG.yaml [--set KEY=VALUE ...] [--output-dir DIR] [--ablate distill] ...
     bnn summary CONFIG.yaml
     bnn bench [--quick] [--json PATH] ...
     bnn export SOURCE -o MODEL.bnn
@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="which twin (default: model.precision from the config)")
     compare = sub.add_parser("compare", help="train the binary model and its float twin, compare")
     _add_run_arguments(compare)
+    compare.add_argument("--ablate", action="append", choices=("distill",), default=[],
+                         help="also train the binary twin without training.distill, and report it")
     summary = sub.add_parser("summary", help="per-layer parameters, packed memory and MACs")
     summary.add_argument("config")
     summary.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -98,10 +100,11 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
         training.write_config_copy(config, run_dir)
         verbose = 0 if args.quiet else (1 if sys.stdout.isatty() else 2)
         twins = {}
-        for precision in precisions:
-            result = training.train_twin(config, precision, run_dir, args.data_dir,
-                                         resume=args.resume, verbose=verbose)
-            twins[precision] = result.summary()
+        for label, precision, twin_config in training.plan_twins(
+                config, precisions, tuple(getattr(args, "ablate", ()))):
+            result = training.train_twin(twin_config, precision, run_dir, args.data_dir,
+                                         resume=args.resume, verbose=verbose, label=label)
+            twins[label] = result.summary()
         meta = {"name": config.name, "config": str(args.config), "model": config.model.name,
                 "dataset": config.dataset.name, "batch_size": config.training.batch_size,
                 "xla": config.training.xla}

@@ -32,8 +32,9 @@ class BatchNormalization(keras.layers.BatchNormalization):
     averages) whose training step, outside XLA, is one ``FusedBatchNormV3`` kernel forward and
     one backward, and under XLA runs on the input viewed as a matrix (one row per position).
 
-    The fused path applies in training to float32 channels-last 4-D inputs without a mask,
-    ``renorm`` or ``synchronized``. The XLA path applies in training to inputs of rank 3 or more
+    The fused path applies in training to float32 or bfloat16 (a ``mixed_bfloat16`` policy)
+    channels-last 4-D inputs without a mask, ``renorm`` or ``synchronized``; its statistics and
+    scale are float32 either way, as in Keras' layer. The XLA path applies in training to inputs of rank 3 or more
     normalized over their last axis, without a mask, ``renorm`` or ``synchronized``. Inference
     and everything else is Keras' layer unchanged (so a trained model predicts, and exports,
     exactly as with Keras' layer). The moving variance is updated with the biased batch
@@ -49,8 +50,9 @@ class BatchNormalization(keras.layers.BatchNormalization):
     def _fused_applies(self, inputs, training, mask) -> bool:
         return (self._plain_training(inputs, training, mask)
                 and inputs.shape.rank == 4 and self.axis in (-1, 3)
-                and inputs.dtype == tf.float32 and self.moving_mean.dtype == "float32"
-                and self.compute_dtype == "float32" and not in_xla_context())
+                and inputs.dtype in (tf.float32, tf.bfloat16)
+                and self.moving_mean.dtype == "float32"
+                and self.compute_dtype == inputs.dtype.name and not in_xla_context())
 
     def _flat_applies(self, inputs, training, mask) -> bool:
         return (self._plain_training(inputs, training, mask)

@@ -10,6 +10,7 @@ optimizer state.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import time
@@ -23,14 +24,20 @@ import tensorflow as tf
 
 from bnn import callbacks as cb
 from bnn import data as data_lib
+from bnn import distill as distill_lib
 from bnn import losses, models, optimizers
-from bnn.config import Config, hparams
+from bnn.config import DISTILL_FLOAT_TWIN, Config, hparams
+from bnn.fitting import FitModel
 from bnn.rundir import Checkpoints, RunDirError
 from bnn.runtime import TrainingError, configure_runtime, is_chief, make_strategy
 from bnn.schedules import EpochSchedule, decay_rate_for
 
-__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "prepare_run_dir",
-           "build_model", "write_config_copy"]
+__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "plan_twins",
+           "prepare_run_dir", "build_model", "write_config_copy", "NO_DISTILL"]
+
+#: The run-directory name (and report key) of the binary twin trained without distillation
+#: when ``bnn compare --ablate distill`` asks for it.
+NO_DISTILL = "binary_no_distill"
 
 
 class Interrupted(Exception):
@@ -106,7 +113,8 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
     if (run_dir / "report.json").exists():
         raise RunDirError(f"{run_dir} already holds a finished run; pass --overwrite to replace "
                           "it or --output-dir to write elsewhere")
-    if any(Checkpoints(run_dir / p / "checkpoints").epochs() for p in ("binary", "float")):
+    if any(Checkpoints(run_dir / p / "checkpoints").epochs()
+           for p in ("binary", "float", NO_DISTILL)):
         raise RunDirError(f"{run_dir} holds an unfinished run; pass --resume to continue it or "
                           "--overwrite to start over")
 
@@ -142,10 +150,11 @@ class _Twin:
     """State of one twin's training run; ``run()`` does the work."""
 
     def __init__(self, config: Config, precision: str, run_dir: Path, data_dir=None,
-                 resume: bool = False, verbose: int | str = "auto"):
+                 resume: bool = False, verbose: int | str = "auto", label: str | None = None):
         self.config = config
         self.precision = precision
-        self.dir = Path(run_dir) / precision
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / (label or precision)
         self.data_dir = data_dir
         self.resume = resume
         self.verbose = verbose
@@ -159,7 +168,8 @@ class _Twin:
         self.signals = cb.SignalStop()
         self.strategy = make_strategy(config)
         self.chief = is_chief(self.strategy)
-        self.model: keras.Model | None = None
+        self.model: keras.Model | None = None  # the student: what checkpoints hold
+        self.fit_model: keras.Model | None = None  # what fit runs: the student or a FitModel
         self.skipped = 0  # batches of the current epoch done before a mid-epoch resume
 
     def _datasets(self, initial_epoch: int, epochs: int) -> data_lib.Datasets:
@@ -170,7 +180,8 @@ class _Twin:
             d.name, t.batch_size, t.seed, epochs=epochs,
             initial_epoch=min(initial_epoch, epochs - 1),
             validation_split=d.validation_split, augment=d.augment, limit_train=d.limit_train,
-            limit_test=d.limit_test, data_dir=self.data_dir)
+            limit_test=d.limit_test, data_dir=self.data_dir, cutout=d.cutout,
+            on_device=d.on_device)
 
     def state(self) -> dict:
         return {"history": self.history, "step_medians": self.step_medians + self.timer.epoch_medians,
@@ -213,6 +224,7 @@ class _Twin:
         with self.strategy.scope():
             self.model = _load_checkpoint(path) if latest else build_model(
                 self.config, self.precision, data)
+            self.fit_model = self._fit_model(data)
         if start < epochs and self.verbose:
             where = f" from epoch {start + 1}" if latest else ""
             print(f"bnn: training {self.precision} {self.config.model.name} on "
@@ -230,13 +242,34 @@ class _Twin:
             self._fit(data.train, start, epochs, data.steps_per_epoch, data, callbacks)
         return self._finish(data)
 
+    def _fit_model(self, data: data_lib.Datasets) -> keras.Model:
+        """The student itself, or a :class:`FitModel` around it for distillation (binary twins),
+        device-side batches or test-time flips, compiled with the student's optimizer."""
+        t = self.config.training
+        distill = t.distill if self.precision == "binary" else None
+        if distill is None and data.prepare is None and not t.test_time_flip:
+            return self.model
+        if data.prepare is not None and t.distribute != "none":
+            raise TrainingError("dataset.on_device trains on one device; set "
+                                "training.distribute=none or dataset.on_device=false")
+        teacher = None if distill is None else distill_lib.load_teacher(
+            distill.teacher, self.run_dir, data.input_shape, data.num_classes)
+        fit = FitModel(self.model, teacher,
+                       temperature=distill.temperature if distill else 1.0,
+                       weight=distill.weight if distill else 0.0,
+                       prepare=data.prepare, test_time_flip=t.test_time_flip)
+        fit.compile(optimizer=self.model.optimizer, loss=self.model.loss,
+                    metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                    jit_compile=t.xla)
+        return fit
+
     def _stopped(self) -> bool:
         return bool(self.nonfinite.where) or self.signals.received is not None
 
     def _fit(self, train, initial_epoch, epochs, steps, data, callbacks) -> None:
-        self.model.fit(train, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps,
-                       validation_data=data.validation, callbacks=callbacks,
-                       verbose=self.verbose, shuffle=False)
+        self.fit_model.fit(train, epochs=epochs, initial_epoch=initial_epoch,
+                           steps_per_epoch=steps, validation_data=data.validation,
+                           callbacks=callbacks, verbose=self.verbose, shuffle=False)
 
     def _finish(self, data: data_lib.Datasets) -> TwinResult:
         if self.nonfinite.where:
@@ -252,7 +285,7 @@ class _Twin:
                 f"{self.precision}: stopped by signal {self.signals.received} during epoch "
                 f"{self.signals.epoch + 1} and saved {self.checkpoints.interrupted_model_path}; "
                 "continue with --resume")
-        result = self.model.evaluate(data.test, verbose=0, return_dict=True)
+        result = self.fit_model.evaluate(data.test, verbose=0, return_dict=True)
         medians = self.step_medians + self.timer.epoch_medians
         median_ms = float(np.median(medians)) if medians else float("nan")
         tests = [h["test_accuracy"] for h in self.history if "test_accuracy" in h]
@@ -295,13 +328,33 @@ def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinRes
 
 
 def train_twin(config: Config, precision: str, run_dir: Path, data_dir=None,
-               resume: bool = False, verbose: int | str = "auto") -> TwinResult:
-    """Trains (or resumes) the ``precision`` twin of ``config`` in ``run_dir/precision``."""
+               resume: bool = False, verbose: int | str = "auto",
+               label: str | None = None) -> TwinResult:
+    """Trains (or resumes) the ``precision`` twin of ``config`` in ``run_dir/label`` (default
+    ``run_dir/precision``)."""
     if resume and config.training.distribute == "multi_worker":
         raise TrainingError("--resume is not supported with training.distribute=multi_worker "
                             "(only the chief holds checkpoints); start over with --overwrite")
     configure_runtime(config)
-    return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose).run()
+    return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose, label).run()
+
+
+def plan_twins(config: Config, precisions: list[str],
+               ablate: tuple[str, ...] = ()) -> list[tuple[str, str, Config]]:
+    """``(label, precision, config)`` of each twin to train, in order. With distillation from
+    the ``float_twin``, the float twin comes first (its model is the binary twin's teacher).
+    ``ablate=("distill",)`` adds the binary twin without distillation, labelled
+    :data:`NO_DISTILL`."""
+    distill = config.training.distill
+    order = list(precisions)
+    if distill is not None and distill.teacher == DISTILL_FLOAT_TWIN and "float" in order:
+        order = ["float"] + [p for p in order if p != "float"]
+    plan = [(p, p, config) for p in order]
+    if "distill" in ablate and "binary" in order:
+        plain = dataclasses.replace(config, training=dataclasses.replace(config.training,
+                                                                         distill=None))
+        plan.append((NO_DISTILL, "binary", plain))
+    return plan
 
 
 def write_config_copy(config: Config, run_dir: Path) -> None:
