@@ -291,6 +291,7 @@ class TrainingConfig:
     histogram_freq: int = _f(1, _as_int(0))
     distill: DistillConfig | None = _f(None, _distill)
     test_time_flip: bool = _f(False, _as_bool)
+    test_every: int = _f(1, _as_int(0))
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,8 @@ class _Twin:
     def _callbacks(self, test_ds) -> list:
         from bnn.metrics import FlipRatio
 
-        cbs = [self.timer, cb.LearningRateLogger(), cb.TestEvaluation(test_ds), self.nonfinite]
+        cbs = [self.timer, cb.LearningRateLogger(),
+               cb.TestEvaluation(test_ds, self.config.training.test_every), self.nonfinite]
         if self.precision == "binary":
             cbs.append(FlipRatio(every="epoch"))
         cbs.append(_EpochCheckpoint(self))
@@ -285,7 +286,7 @@ class _Twin:
                 f"{self.precision}: stopped by signal {self.signals.received} during epoch "
                 f"{self.signals.epoch + 1} and saved {self.checkpoints.interrupted_model_path}; "
                 "continue with --resume")
-        result = self.fit_model.evaluate(data.test, verbose=0, return_dict=True)
+        result = self._final_test(data)
         medians = self.step_medians + self.timer.epoch_medians
         median_ms = float(np.median(medians)) if medians else float("nan")
         tests = [h["test_accuracy"] for h in self.history if "test_accuracy" in h]
@@ -306,6 +307,14 @@ class _Twin:
         if self.chief:
             self._write_final(twin)
         return twin
+
+    def _final_test(self, data: data_lib.Datasets) -> dict[str, float]:
+        """Test loss and accuracy of the trained model: those of the last epoch when it was
+        evaluated (the model has not changed since), else a new evaluation."""
+        last = self.history[-1] if len(self.history) == self.config.training.epochs else {}
+        if "test_accuracy" in last and "test_loss" in last:
+            return {"accuracy": last["test_accuracy"], "loss": last["test_loss"]}
+        return self.fit_model.evaluate(data.test, verbose=0, return_dict=True)
 
     def _write_final(self, twin: TwinResult) -> None:
         path = self.dir / "model.keras"
