@@ -189,19 +189,20 @@ def reactnet_resnet(
     ``stem: Conv3x3(stages[0]) - BN``, then for each stage ``s`` of width ``stages[s]``,
     ``blocks_per_stage`` blocks, each one binary convolution with its own real-valued shortcut::
 
-        y = BN(BinaryConv3x3(RSign(x)))  +  shortcut(x)  ->  RPReLU
+        y = BN(BinaryConv3x3(sign(x - t)))  +  shortcut(x)  ->  RPReLU
 
     The first block of every stage after the first has stride 2; its shortcut is real-valued
     downsampling (``AvgPool2 - Conv1x1 - BN`` where the width changes, ``AvgPool2`` alone where it
     does not); other shortcuts are the identity. Head: global average pooling and a real dense
     layer to ``num_classes`` logits. Stem, shortcuts and head are real-valued in both twins.
 
-    ``learnable_threshold``: the sign of each block's input has a learnable threshold per channel
-    (:class:`bnn.layers.RSign`; the convolution's ``input_quantizer`` takes the sign, so its
-    product runs by xor-popcount). ``rprelu``: :class:`bnn.layers.RPReLU` after each addition;
-    without it the binary model has no activation there (Bi-Real Net) and the float twin has
-    ``float_activation``. The float twin is the same network with the quantizers off: RSign's
-    shift and RPReLU stay, so both twins have the same parameters.
+    ``learnable_threshold``: the sign of each block's input has a learnable threshold ``t`` per
+    channel (:class:`bnn.layers.RSign`; the convolution's ``input_quantizer`` takes the sign, so
+    its product runs by xor-popcount). ``rprelu``: :class:`bnn.layers.RPReLU` after each
+    addition; without it there is no activation there (Bi-Real Net). The float twin is the same
+    network with the quantizers off and ``float_activation`` where the binary model takes the
+    sign, ``conv(relu(x - t))``: a pre-activation ResNet. RSign's shift and RPReLU stay, so both
+    twins have the same parameters.
     """
     _check_precision(precision)
     bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
@@ -221,6 +222,8 @@ def reactnet_resnet(
                 shortcut = _norm(bn, f"{block}_proj_bn")(shortcut)
             y = RSign(None, precision=precision, name=f"{block}_rsign")(x) \
                 if learnable_threshold else x
+            for layer in _activation(precision, float_activation, f"{block}_act"):
+                y = layer(y)
             y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
                              input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
                              precision=precision, name=f"{block}_conv")(y)
@@ -228,9 +231,6 @@ def reactnet_resnet(
             x = keras.layers.Add(name=f"{block}_add")([shortcut, y])
             if rprelu:
                 x = RPReLU(name=f"{block}_rprelu")(x)
-            else:
-                for layer in _activation(precision, float_activation, f"{block}_act"):
-                    x = layer(x)
     x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
     outputs = keras.layers.Dense(num_classes, name="classifier")(x)
     return keras.Model(inputs, outputs, name=name or f"reactnet_resnet_{precision}")

@@ -176,11 +176,19 @@ def test_reactnet_binary_block_computes_bn_of_the_sign_convolution_plus_the_shor
     np.testing.assert_allclose(added, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_reactnet_without_rprelu_gives_the_float_twin_its_float_activation():
-    binary = models.build("reactnet_resnet", "binary", rprelu=False, **TINY)
-    float_twin = models.build("reactnet_resnet", "float", rprelu=False, **TINY)
+@pytest.mark.parametrize("rprelu", [True, False])
+def test_reactnet_float_twin_has_its_float_activation_where_the_binary_model_takes_the_sign(
+        rprelu):
+    binary = models.build("reactnet_resnet", "binary", rprelu=rprelu, **TINY)
+    float_twin = models.build("reactnet_resnet", "float", rprelu=rprelu, float_activation="tanh",
+                              **TINY)
     assert not any(isinstance(layer, keras.layers.Activation) for layer in binary.layers)
-    assert sum(isinstance(layer, keras.layers.Activation) for layer in float_twin.layers) == 4
+    for block in ("s0b0", "s0b1", "s1b0", "s1b1"):
+        act = float_twin.get_layer(f"{block}_act")
+        assert act.activation.__name__ == "tanh"
+        assert act.input is float_twin.get_layer(f"{block}_rsign").output
+        assert float_twin.get_layer(f"{block}_conv").input is act.output
+    assert sum(isinstance(layer, RPReLU) for layer in float_twin.layers) == (4 if rprelu else 0)
 
 
 def test_reactnet_model_trains_a_step_and_round_trips_through_save(tmp_path):
