@@ -12,7 +12,7 @@ per-channel shifts) are ReActNet's activations (Liu et al. 2020).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -281,6 +281,34 @@ def _channel_shift(x: tf.Tensor, t: tf.Tensor):
     return _shift(x, t), lambda dy: (tf.identity(dy), -_channel_sum(dy))
 
 
+def _shifted_activation(activation: Callable) -> Callable:
+    """``activation(x - t)`` with ``t`` per channel, one fused pass forward and one backward
+    (the activation's derivative by automatic differentiation inside that pass), and the
+    threshold's gradient ``-sum(dx)`` as a TensorFlow sum."""
+
+    @compiled
+    def forward(x, t):
+        return activation(x - tf.reshape(t, _channel_shape(x.shape.rank)))
+
+    @compiled
+    def backward(dy, x, t):
+        z = x - tf.reshape(t, _channel_shape(x.shape.rank))
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = activation(z)
+        return tape.gradient(y, z, output_gradients=dy)
+
+    @tf.custom_gradient
+    def op(x, t):
+        def grad(dy):
+            dx = backward(dy, x, t)
+            return dx, -_channel_sum(dx)
+
+        return forward(x, t), grad
+
+    return op
+
+
 @compiled
 def _rprelu_forward(x, gamma, beta, zeta):
     shape = _channel_shape(x.shape.rank)
@@ -319,30 +347,42 @@ class RSign(keras.layers.Layer):
     ``quantizer=None`` keeps only the shift, ``y = x - t_c``, for a binary layer whose own input
     quantizer then takes the sign: ``BinaryConv2D(input_quantizer=q)(RSign(None)(x))`` computes
     ``conv(q(x - t), sign(W))``, and its product still runs by xor-popcount. bnn's models use it
-    that way. ``precision="float"`` (the float twin) also keeps only the shift. The shift is one
-    fused pass forward, and its threshold gradient one per-channel sum.
+    that way.
+
+    ``precision="float"`` (the float twin) has no sign: ``y = float_activation(x - t_c)``, the real
+    activation the float twin has where the binary model takes the sign (default ``None``: the
+    shift alone). Shift and activation are one fused pass forward and one backward, and the
+    threshold's gradient one per-channel sum.
     """
 
-    def __init__(self, quantizer: Any = "ste_sign", precision: str = "binary", **kwargs):
+    def __init__(self, quantizer: Any = "ste_sign", precision: str = "binary",
+                 float_activation: str | None = None, **kwargs):
         super().__init__(**kwargs)
         if precision not in PRECISIONS:
             raise ValueError(f"RSign precision must be one of {PRECISIONS}, got {precision!r}")
         self.quantizer = quantizers_lib.get(quantizer)
         self.precision = precision
+        self.float_activation = float_activation
+        self._float_op = (None if float_activation is None else
+                          _shifted_activation(keras.activations.get(float_activation)))
 
     def build(self, input_shape):
         self.threshold = self.add_weight(name="threshold", shape=(int(input_shape[-1]),),
                                          initializer="zeros")
 
     def call(self, inputs):
-        shifted = _channel_shift(inputs, ops.cast(self.threshold, inputs.dtype))
+        t = ops.cast(self.threshold, inputs.dtype)
+        if self.precision == "float" and self._float_op is not None:
+            return self._float_op(inputs, t)
+        shifted = _channel_shift(inputs, t)
         if self.precision == "binary" and self.quantizer is not None:
             return self.quantizer(shifted)
         return shifted
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "precision": self.precision,
-                "quantizer": quantizers_lib.serialize(self.quantizer)}
+                "quantizer": quantizers_lib.serialize(self.quantizer),
+                "float_activation": self.float_activation}
 
 
 @keras.saving.register_keras_serializable(package="bnn")

@@ -220,10 +220,13 @@ def reactnet_resnet(
                 shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
                                                name=f"{block}_proj")(shortcut)
                 shortcut = _norm(bn, f"{block}_proj_bn")(shortcut)
-            y = RSign(None, precision=precision, name=f"{block}_rsign")(x) \
-                if learnable_threshold else x
-            for layer in _activation(precision, float_activation, f"{block}_act"):
-                y = layer(y)
+            if learnable_threshold:  # the float twin's activation fused with the shift
+                y = RSign(None, precision=precision, float_activation=float_activation,
+                          name=f"{block}_rsign")(x)
+            else:
+                y = x
+                for layer in _activation(precision, float_activation, f"{block}_act"):
+                    y = layer(y)
             y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
                              input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
                              precision=precision, name=f"{block}_conv")(y)

@@ -73,6 +73,25 @@ def test_rsign_without_a_sign_is_the_shift_alone(batch, kwargs):
     np.testing.assert_allclose(dt, -upstream.sum(axis=(0, 1, 2)), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("activation, value, slope", [
+    ("relu", lambda z: np.maximum(z, 0), lambda z: (z > 0).astype("float32")),
+    ("tanh", np.tanh, lambda z: 1 - np.tanh(z) ** 2)])
+def test_float_rsign_applies_its_float_activation_after_the_shift(batch, activation, value, slope):
+    rng, x, upstream = batch
+    layer = RSign(precision="float", float_activation=activation)
+    layer.build(x.shape)
+    t = rng.normal(scale=0.5, size=6).astype("float32")
+    layer.threshold.assign(t)
+    y, (dx, dt) = value_and_gradients(layer, x, upstream)
+    np.testing.assert_allclose(y, value(x - t), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dx, upstream * slope(x - t), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dt, -(upstream * slope(x - t)).sum(axis=(0, 1, 2)), rtol=1e-4,
+                               atol=1e-4)
+    binary = RSign(precision="binary", float_activation=activation)  # the sign, unchanged
+    binary.build(x.shape)
+    np.testing.assert_array_equal(binary(x).numpy(), np_sign(x))
+
+
 def test_rprelu_values_and_gradients_match_the_formula(batch):
     rng, x, upstream = batch
     layer = RPReLU()
@@ -115,6 +134,7 @@ def test_rsign_and_rprelu_compute_in_bfloat16_with_float32_weights_under_mixed_p
 def test_layers_round_trip_through_save_and_load(tmp_path):
     model = keras.Sequential([keras.Input((4, 4, 3)), RSign("approx_sign", name="rs"),
                               RSign(None, precision="float", name="shift"),
+                              RSign(precision="float", float_activation="elu", name="elu"),
                               RPReLU(slope=0.1, name="rp")])
     rng = np.random.default_rng(1)
     for w in model.weights:
@@ -126,6 +146,7 @@ def test_layers_round_trip_through_save_and_load(tmp_path):
     assert restored.get_layer("rs").quantizer == bnn.quantizers.get("approx_sign")
     assert restored.get_layer("shift").precision == "float"
     assert restored.get_layer("shift").quantizer is None
+    assert restored.get_layer("elu").float_activation == "elu"
     assert restored.get_layer("rp").slope == 0.1
 
 
@@ -184,11 +205,14 @@ def test_reactnet_float_twin_has_its_float_activation_where_the_binary_model_tak
                               **TINY)
     assert not any(isinstance(layer, keras.layers.Activation) for layer in binary.layers)
     for block in ("s0b0", "s0b1", "s1b0", "s1b1"):
-        act = float_twin.get_layer(f"{block}_act")
-        assert act.activation.__name__ == "tanh"
-        assert act.input is float_twin.get_layer(f"{block}_rsign").output
-        assert float_twin.get_layer(f"{block}_conv").input is act.output
+        rsign = float_twin.get_layer(f"{block}_rsign")  # tanh(x - t), fused
+        assert rsign.float_activation == "tanh" and rsign.precision == "float"
+        assert float_twin.get_layer(f"{block}_conv").input is rsign.output
     assert sum(isinstance(layer, RPReLU) for layer in float_twin.layers) == (4 if rprelu else 0)
+    plain = models.build("reactnet_resnet", "float", learnable_threshold=False,
+                         float_activation="tanh", **TINY)
+    assert plain.get_layer("s0b0_act").activation.__name__ == "tanh"
+    assert plain.get_layer("s0b0_conv").input is plain.get_layer("s0b0_act").output
 
 
 def test_reactnet_model_trains_a_step_and_round_trips_through_save(tmp_path):
