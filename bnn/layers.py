@@ -310,30 +310,31 @@ def _shifted_activation(activation: Callable) -> Callable:
 
 
 @compiled
-def _rprelu_forward(x, gamma, beta, zeta):
-    shape = _channel_shape(x.shape.rank)
-    z = x - tf.reshape(gamma, shape)
+def _rprelu_forward(xs, gamma, beta, zeta):
+    shape = _channel_shape(xs[0].shape.rank)
+    z = tf.add_n(xs) - tf.reshape(gamma, shape)
     return tf.where(z > 0, z, tf.reshape(beta, shape) * z) + tf.reshape(zeta, shape)
 
 
 @compiled
-def _rprelu_backward(dy, x, gamma, beta):
+def _rprelu_backward(dy, xs, gamma, beta):
     """``dy/dx * dy`` and ``dy/dbeta * dy``, elementwise, in one pass."""
-    shape = _channel_shape(x.shape.rank)
-    z = x - tf.reshape(gamma, shape)
+    shape = _channel_shape(dy.shape.rank)
+    z = tf.add_n(xs) - tf.reshape(gamma, shape)
     positive = z > 0
     return (tf.where(positive, dy, tf.reshape(beta, shape) * dy),
             tf.where(positive, tf.zeros_like(dy), dy * z))
 
 
 @tf.custom_gradient
-def _rprelu(x, gamma, beta, zeta):
-    """RPReLU in one pass forward and one backward, plus the three per-channel sums."""
+def _rprelu(gamma, beta, zeta, *xs):
+    """RPReLU of ``sum(xs)`` in one pass forward and one backward, plus the three per-channel
+    sums; every summand gets the same gradient."""
     def grad(dy):
-        dx, dbeta = _rprelu_backward(dy, x, gamma, beta)
-        return dx, -_channel_sum(dx), _channel_sum(dbeta), _channel_sum(dy)
+        dx, dbeta = _rprelu_backward(dy, list(xs), gamma, beta)
+        return (-_channel_sum(dx), _channel_sum(dbeta), _channel_sum(dy), *([dx] * len(xs)))
 
-    return _rprelu_forward(x, gamma, beta, zeta), grad
+    return _rprelu_forward(list(xs), gamma, beta, zeta), grad
 
 
 @keras.saving.register_keras_serializable(package="bnn")
@@ -394,6 +395,9 @@ class RPReLU(keras.layers.Layer):
     ``slope`` (PReLU's 0.25). Gradients: ``dy/dx = 1`` where ``x > gamma_c``, else ``beta_c``;
     ``dy/dgamma_c = -dy/dx``; ``dy/dzeta_c = 1``; ``dy/dbeta_c = min(x - gamma_c, 0)``.
     Real-valued in both twins; one fused pass forward and one backward.
+
+    Called on a list of tensors of one shape, it is the RPReLU of their sum, with the addition
+    in the same pass (a residual block's ``RPReLU(shortcut + y)`` without a pass of its own).
     """
 
     def __init__(self, slope: float = 0.25, **kwargs):
@@ -401,6 +405,8 @@ class RPReLU(keras.layers.Layer):
         self.slope = float(slope)
 
     def build(self, input_shape):
+        if input_shape and isinstance(input_shape[0], (list, tuple)):  # a list of shapes
+            input_shape = input_shape[0]
         channels = (int(input_shape[-1]),)
         self.gamma = self.add_weight(name="gamma", shape=channels, initializer="zeros")
         self.beta = self.add_weight(name="beta", shape=channels,
@@ -408,8 +414,9 @@ class RPReLU(keras.layers.Layer):
         self.zeta = self.add_weight(name="zeta", shape=channels, initializer="zeros")
 
     def call(self, inputs):
-        return _rprelu(inputs, *(ops.cast(v, inputs.dtype)
-                                 for v in (self.gamma, self.beta, self.zeta)))
+        xs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        return _rprelu(*(ops.cast(v, xs[0].dtype) for v in (self.gamma, self.beta, self.zeta)),
+                       *xs)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "slope": self.slope}

@@ -231,9 +231,10 @@ def reactnet_resnet(
                              input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
                              precision=precision, name=f"{block}_conv")(y)
             y = _norm(bn, f"{block}_bn")(y)
-            x = keras.layers.Add(name=f"{block}_add")([shortcut, y])
-            if rprelu:
-                x = RPReLU(name=f"{block}_rprelu")(x)
+            if rprelu:  # RPReLU(shortcut + y), the addition fused into its pass
+                x = RPReLU(name=f"{block}_rprelu")([shortcut, y])
+            else:
+                x = keras.layers.Add(name=f"{block}_add")([shortcut, y])
     x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
     outputs = keras.layers.Dense(num_classes, name="classifier")(x)
     return keras.Model(inputs, outputs, name=name or f"reactnet_resnet_{precision}")

@@ -111,6 +111,31 @@ def test_rprelu_values_and_gradients_match_the_formula(batch):
     np.testing.assert_allclose(dzeta, upstream.sum(axis=(0, 1, 2)), rtol=1e-4, atol=1e-4)
 
 
+def test_rprelu_of_a_list_is_the_rprelu_of_the_sum_with_the_same_gradient_for_each_term(batch):
+    rng, x, upstream = batch
+    other = rng.normal(size=x.shape).astype("float32")
+    fused, plain = RPReLU(), RPReLU()
+    for layer in (fused, plain):
+        layer.build(x.shape)
+    for a, b in zip(fused.weights, plain.weights):
+        value = rng.normal(scale=0.5, size=a.shape).astype("float32")
+        a.assign(value)
+        b.assign(value)
+    terms = [tf.constant(x), tf.constant(other)]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(terms)
+        y = fused(terms)
+        reference = plain(terms[0] + terms[1])
+        loss, loss_ref = tf.reduce_sum(y * upstream), tf.reduce_sum(reference * upstream)
+    np.testing.assert_allclose(y.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
+    d_terms = tape.gradient(loss, terms)
+    d_sum = tape.gradient(loss_ref, terms[0])
+    for d in d_terms:
+        np.testing.assert_allclose(d.numpy(), d_sum.numpy(), rtol=1e-6, atol=1e-6)
+    for a, b in zip(tape.gradient(loss, fused.weights), tape.gradient(loss_ref, plain.weights)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_rprelu_starts_as_a_prelu_with_slope_one_quarter():
     layer = RPReLU()
     x = np.array([[-2.0, -0.5, 0.0, 3.0]], "float32")
