@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # One GPU session for the CIFAR-10 speedrun, sized for 15 minutes of a single GPU (an H200):
 #   1. install bnn with the `gpu` extra into .venv-gpu (skipped when it already imports on a GPU);
-#   2. `bnn bench` of reactnet_resnet's binary and float twins (the builder's default width,
-#      bfloat16, XLA on, batch 256);
-#   3. the speedrun recipe: the float teacher, then the distilled binary student, each timed;
+#   2. `bnn bench` of the binary and float twins of vgg_small and reactnet_resnet (the builders'
+#      default widths, bfloat16, XLA on, batch 256);
+#   3. the speedrun recipe: the float teacher, then the distilled binary student, each timed; the
+#      student gets as many epochs (up to the recipe's) as the teacher's pace fits in its limit;
 #   4. everything measured, into $OUT (default ./gpu-results): machine.txt, bench.json/.md,
-#      teacher/ and student/ run reports, times.tsv.
+#      teacher/ and student/ run directories with their reports, times.tsv, summary.md.
 # Each stage has its own time limit, so a slow stage leaves the others their time and the
-# figures of the finished stages are written whatever happens later.
+# figures of the finished stages are written whatever happens later; a run cut short by its
+# limit keeps its checkpoints, and a teacher cut short teaches from its last one.
 #
 #   BNN_DATA_DIR=/path/with/cifar-10-python.tar.gz benchmarks/gpu_run.sh
 #
 # Settings (environment): OUT, BNN_DATA_DIR (default: shared/datasets, then ../shared/datasets),
-# TEACHER_EPOCHS (default 15), STUDENT_EPOCHS (default: the recipe's), INSTALL_LIMIT_S (240),
-# BENCH_LIMIT_S (90), TEACHER_LIMIT_S (150), STUDENT_LIMIT_S (600).
+# TEACHER_EPOCHS (default 30), STUDENT_EPOCHS (default: what fits), INSTALL_LIMIT_S (150),
+# BENCH_LIMIT_S (60), TEACHER_LIMIT_S (120), STUDENT_LIMIT_S (480).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-results}
@@ -62,7 +64,7 @@ gpu_ready() {
         > /dev/null 2>&1
 }
 if ! gpu_ready; then
-    stage install "${INSTALL_LIMIT_S:-240}" bash -c \
+    stage install "${INSTALL_LIMIT_S:-150}" bash -c \
         "python3 -m venv $VENV && $VENV/bin/pip install -q -e '.[gpu]'"
     gpu_ready || { echo "gpu_run.sh: TensorFlow in $VENV sees no GPU; see $OUT/log.txt" >&2; exit 1; }
 fi
@@ -70,21 +72,47 @@ fi
 BNN="$VENV/bin/bnn"
 
 # binary vs float train step of reactnet_resnet, XLA on, at the speedrun's batch size
-stage bench "${BENCH_LIMIT_S:-90}" "$BNN" bench --models reactnet_resnet --xla on --mixed-precision bfloat16 \
+stage bench "${BENCH_LIMIT_S:-60}" "$BNN" bench --models vgg_small,reactnet_resnet --xla on --mixed-precision bfloat16 \
     --batch-size 256 --blocks 5 --steps 10 --json "$OUT/bench.json" --markdown "$OUT/bench.md"
 
 # the teacher: the float twin, fewer epochs than the student
-stage teacher "${TEACHER_LIMIT_S:-150}" "$BNN" train "$RECIPE" --precision float \
-    --set training.device=gpu --set "training.epochs=${TEACHER_EPOCHS:-15}" \
+stage teacher "${TEACHER_LIMIT_S:-120}" "$BNN" train "$RECIPE" --precision float \
+    --set training.device=gpu --set "training.epochs=${TEACHER_EPOCHS:-30}" \
     --output-dir "$OUT/teacher" --overwrite --quiet
 
+# its model (or, cut short, its last checkpoint), and the epochs the student has time for
+read -r TEACHER STUDENT_FIT < <("$VENV/bin/python" - "$OUT/teacher/float" "$RECIPE" \
+    "${STUDENT_LIMIT_S:-480}" <<'PY'
+import json, math, pathlib, sys, yaml
+twin, recipe, limit = pathlib.Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+checkpoints = sorted(twin.glob("checkpoints/epoch-*.keras"))
+model = twin / "model.keras" if (twin / "model.keras").is_file() else (
+    checkpoints[-1] if checkpoints else twin / "checkpoints" / "interrupted.keras")
+states = sorted(twin.glob("checkpoints/state-*.json"))
+epochs = yaml.safe_load(open(recipe))["training"]["epochs"]
+if states:  # the teacher's pace, compilation included; the student's step costs a bit more
+    state = json.loads(states[-1].read_text())
+    per_epoch = state["wall_seconds"] / max(state["epoch"], 1)
+    epochs = max(1, min(epochs, math.floor(0.8 * limit / (1.3 * per_epoch))))
+print(model, epochs)
+PY
+)
+echo "teacher: $TEACHER; student epochs that fit: $STUDENT_FIT" | tee -a "$OUT/log.txt"
+
 # the student, distilled from that teacher
-student_args=(--set training.device=gpu --set "training.distill.teacher=$OUT/teacher")
-[ -n "${STUDENT_EPOCHS:-}" ] && student_args+=(--set "training.epochs=$STUDENT_EPOCHS")
-stage student "${STUDENT_LIMIT_S:-600}" "$BNN" train "$RECIPE" --precision binary \
-    "${student_args[@]}" --output-dir "$OUT/student" --overwrite --quiet
+stage student "${STUDENT_LIMIT_S:-480}" "$BNN" train "$RECIPE" --precision binary \
+    --set training.device=gpu --set "training.distill.teacher=$TEACHER" \
+    --set "training.epochs=${STUDENT_EPOCHS:-$STUDENT_FIT}" \
+    --output-dir "$OUT/student" --overwrite --quiet
 
 for run in teacher student; do
-    [ -f "$OUT/$run/report.md" ] && { echo "## $run"; cat "$OUT/$run/report.md"; }
+    if [ -f "$OUT/$run/report.md" ]; then
+        echo "## $run"; cat "$OUT/$run/report.md"
+    else  # cut short: the last evaluated epoch of its checkpoint state
+        for state in "$OUT/$run"/*/checkpoints/*.json; do
+            [ -f "$state" ] && echo "## $run (cut short): $state" && "$VENV/bin/python" -c \
+                "import json,sys; s=json.load(open(sys.argv[1])); print(s['epoch'], 'epochs,', round(s['wall_seconds']), 's;', [h.get('test_accuracy') for h in s['history']])" "$state"
+        done
+    fi
 done > "$OUT/summary.md"
 cat "$TIMES" "$OUT/summary.md"
