@@ -16,8 +16,8 @@ needs_cifar = pytest.mark.skipif(not (DATA_DIR / "cifar-10-python.tar.gz").exist
                                  reason=f"needs CIFAR-10 in {DATA_DIR} (set BNN_DATA_DIR)")
 
 # a few steps of a small subset; everything else as the recipe says
-SMALL = ["training.epochs=1", "dataset.limit_train=64", "dataset.limit_test=64",
-         "training.batch_size=32", "training.test_every=1"]
+SMALL = ["training.epochs=1", "dataset.limit_train=32", "dataset.limit_test=32",
+         "training.batch_size=16", "training.test_every=1"]
 
 
 def overrides(*extra):
