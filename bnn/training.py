@@ -330,7 +330,7 @@ def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinRes
 
     values = {**hparams(config), "precision": precision}
     with tf.summary.create_file_writer(str(twin_dir / "hparams")).as_default():
-        hp.hparams(values, trial_id=f"{config.name}/{precision}")
+        hp.hparams(values, trial_id=f"{config.name}/{twin_dir.name}")
         for key in ("test_accuracy", "best_test_accuracy", "median_step_ms", "wall_seconds"):
             tf.summary.scalar(f"final/{key}", getattr(twin, key), step=twin.epochs)
         tf.summary.flush()
@@ -353,8 +353,16 @@ def plan_twins(config: Config, precisions: list[str],
     """``(label, precision, config)`` of each twin to train, in order. With distillation from
     the ``float_twin``, the float twin comes first (its model is the binary twin's teacher).
     ``ablate=("distill",)`` adds the binary twin without distillation, labelled
-    :data:`NO_DISTILL`."""
+    :data:`NO_DISTILL`.
+
+    Raises:
+        TrainingError: for ``ablate=("distill",)`` when ``config`` does not distill.
+    """
     distill = config.training.distill
+    if "distill" in ablate and distill is None:
+        raise TrainingError("--ablate distill compares the binary twin with and without "
+                            "training.distill, which this config does not set; set it, e.g. "
+                            "--set training.distill.teacher=float_twin")
     order = list(precisions)
     if distill is not None and distill.teacher == DISTILL_FLOAT_TWIN and "float" in order:
         order = ["float"] + [p for p in order if p != "float"]

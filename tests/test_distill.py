@@ -181,6 +181,8 @@ def test_the_float_twin_trains_first_when_it_is_the_teacher_and_ablation_adds_a_
     assert [p[0] for p in training.plan_twins(other, ["binary", "float"])] == ["binary", "float"]
     assert [p[0] for p in training.plan_twins(distilled, ["binary"], ("distill",))] == [
         "binary", training.NO_DISTILL]
+    with pytest.raises(TrainingError, match="--ablate distill .* does not set"):
+        training.plan_twins(plain, ["binary", "float"], ("distill",))
 
 
 DISTILLED = tiny_config(seed=4, epochs=2, **{
