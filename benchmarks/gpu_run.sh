@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for the CIFAR-10 speedrun, sized for 15 minutes of a single GPU (an H200):
-#   1. install bnn with the `gpu` extra into .venv-gpu (skipped when it already imports on a GPU);
+#   1. install bnn with the `gpu` extra into $VENV (default .venv-gpu); a $VENV whose TensorFlow
+#      already sees the GPU only gets bnn itself (no downloads);
 #   2. `bnn bench` of the binary and float twins of vgg_small and reactnet_resnet (the builders'
 #      default widths, bfloat16, XLA on, batch 256);
 #   3. the speedrun recipe: the float teacher, then the distilled binary student, each timed; the
@@ -13,15 +14,19 @@
 #
 #   BNN_DATA_DIR=/path/with/cifar-10-python.tar.gz benchmarks/gpu_run.sh
 #
-# Settings (environment): OUT, BNN_DATA_DIR (default: shared/datasets, then ../shared/datasets),
+# Settings (environment): OUT, VENV, BNN_DATA_DIR (default: shared/datasets, then ../shared/datasets),
 # TEACHER_EPOCHS (default 30), STUDENT_EPOCHS (default: what fits), INSTALL_LIMIT_S (150),
-# BENCH_LIMIT_S (60), TEACHER_LIMIT_S (120), STUDENT_LIMIT_S (480).
+# BENCH_LIMIT_S (60), TEACHER_LIMIT_S (120), STUDENT_LIMIT_S (480), BENCH_ARGS (more `bnn bench`
+# flags), and for a rehearsal on a CPU: DEVICE=cpu (default gpu) and EXTRA="KEY=VALUE ..." (more
+# --set assignments for both runs), e.g.
+#   VENV=.venv DEVICE=cpu EXTRA="dataset.limit_train=256 dataset.limit_test=128" \
+#     TEACHER_EPOCHS=1 BENCH_ARGS=--quick benchmarks/gpu_run.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
 RECIPE=experiments/cifar10_speedrun.yaml
-VENV=.venv-gpu
+VENV=${VENV:-.venv-gpu}
 TIMES="$OUT/times.tsv"
 printf 'stage\tseconds\texit_code\n' > "$TIMES"
 
@@ -63,7 +68,13 @@ gpu_ready() {
     "$VENV/bin/python" -c "import tensorflow as tf, sys; sys.exit(0 if tf.config.list_physical_devices('GPU') else 1)" \
         > /dev/null 2>&1
 }
-if ! gpu_ready; then
+DEVICE=${DEVICE:-gpu}
+if [ "$DEVICE" != gpu ]; then
+    "$VENV/bin/python" -c "import bnn" > /dev/null 2>&1 || { echo "gpu_run.sh: bnn is not installed in $VENV" >&2; exit 1; }
+elif gpu_ready; then
+    "$VENV/bin/python" -c "import bnn" > /dev/null 2>&1 || stage install "${INSTALL_LIMIT_S:-150}" \
+        "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
+else
     stage install "${INSTALL_LIMIT_S:-150}" bash -c \
         "python3 -m venv $VENV && $VENV/bin/pip install -q -e '.[gpu]'"
     gpu_ready || { echo "gpu_run.sh: TensorFlow in $VENV sees no GPU; see $OUT/log.txt" >&2; exit 1; }
@@ -72,13 +83,17 @@ fi
 BNN="$VENV/bin/bnn"
 
 # binary vs float train step of reactnet_resnet, XLA on, at the speedrun's batch size
-stage bench "${BENCH_LIMIT_S:-60}" "$BNN" bench --models vgg_small,reactnet_resnet --xla on --mixed-precision bfloat16 \
-    --batch-size 256 --blocks 5 --steps 10 --json "$OUT/bench.json" --markdown "$OUT/bench.md"
+# shellcheck disable=SC2086  # BENCH_ARGS: words on purpose
+stage bench "${BENCH_LIMIT_S:-60}" "$BNN" bench --models vgg_small,reactnet_resnet --xla on \
+    --mixed-precision bfloat16 --batch-size 256 --blocks 5 --steps 10 ${BENCH_ARGS:-} \
+    --json "$OUT/bench.json" --markdown "$OUT/bench.md"
+
+extra=(--set "training.device=$DEVICE")
+for assignment in ${EXTRA:-}; do extra+=(--set "$assignment"); done
 
 # the teacher: the float twin, fewer epochs than the student
-stage teacher "${TEACHER_LIMIT_S:-120}" "$BNN" train "$RECIPE" --precision float \
-    --set training.device=gpu --set "training.epochs=${TEACHER_EPOCHS:-30}" \
-    --output-dir "$OUT/teacher" --overwrite --quiet
+stage teacher "${TEACHER_LIMIT_S:-120}" "$BNN" train "$RECIPE" --precision float "${extra[@]}" \
+    --set "training.epochs=${TEACHER_EPOCHS:-30}" --output-dir "$OUT/teacher" --overwrite --quiet
 
 # its model (or, cut short, its last checkpoint), and the epochs the student has time for
 read -r TEACHER STUDENT_FIT < <("$VENV/bin/python" - "$OUT/teacher/float" "$RECIPE" \
@@ -100,9 +115,8 @@ PY
 echo "teacher: $TEACHER; student epochs that fit: $STUDENT_FIT" | tee -a "$OUT/log.txt"
 
 # the student, distilled from that teacher
-stage student "${STUDENT_LIMIT_S:-480}" "$BNN" train "$RECIPE" --precision binary \
-    --set training.device=gpu --set "training.distill.teacher=$TEACHER" \
-    --set "training.epochs=${STUDENT_EPOCHS:-$STUDENT_FIT}" \
+stage student "${STUDENT_LIMIT_S:-480}" "$BNN" train "$RECIPE" --precision binary "${extra[@]}" \
+    --set "training.distill.teacher=$TEACHER" --set "training.epochs=${STUDENT_EPOCHS:-$STUDENT_FIT}" \
     --output-dir "$OUT/student" --overwrite --quiet
 
 for run in teacher student; do
