@@ -41,15 +41,20 @@ from bnn import step_phases
 
 __all__ = ["run", "paired_ratio", "BlockTimer", "Companions", "to_markdown", "machine_info", "build_parser", "main", "DEFAULT_BATCH_SIZES"]
 
-DEFAULT_BATCH_SIZES: dict[str, int] = {"binarynet_mlp": 100, "vgg_small": 50, "binary_resnet": 50}
+DEFAULT_BATCH_SIZES: dict[str, int] = {"binarynet_mlp": 100, "vgg_small": 50, "binary_resnet": 50,
+                                       "reactnet_resnet": 50}
 
 # Small versions of each architecture for --quick (a smoke test of the harness, not a measurement).
 _QUICK_OPTIONS: dict[str, dict[str, Any]] = {
     "binarynet_mlp": dict(input_shape=(8, 8, 1), hidden_units=(32, 32)),
     "vgg_small": dict(input_shape=(8, 8, 3), filters=(4, 4, 8, 8, 8, 8), dense_units=(16, 16)),
     "binary_resnet": dict(input_shape=(8, 8, 3), stages=(4, 8), blocks_per_stage=1),
+    "reactnet_resnet": dict(input_shape=(8, 8, 3), stages=(4, 8), blocks_per_stage=1),
 }
 _QUICK_BATCH = 8
+
+# ``--mixed-precision`` values and the Keras dtype policies they select.
+_POLICIES = {"off": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 # Times ``steps`` train steps; returns (wall, process CPU) seconds per step.
 BlockTimer = Callable[[int], "tuple[float, float]"]
@@ -170,6 +175,7 @@ def run(
     seed: int = 0,
     companions: Companions | None = None,
     phases: bool = False,
+    mixed_precision: str = "off",
 ) -> dict[str, Any]:
     """Times the train step of each model's binary and float twins under each XLA setting.
 
@@ -192,6 +198,8 @@ def run(
         phases: also time each twin's forward pass and forward plus backward pass, in blocks of
             their own among the others, and add ``<twin>_forward_ms``, ``_backward_ms`` and
             ``_rest_ms`` to each row (see :mod:`bnn.step_phases`).
+        mixed_precision: ``"off"``, ``"bfloat16"`` or ``"float16"``: the Keras dtype policy the
+            twins are built under (``training.mixed_precision``); each row records it.
 
     Returns:
         ``{"machine": machine_info(), "results": [one dict per (model, xla)]}``; see the module
@@ -208,18 +216,26 @@ def run(
                          ("warmup_steps", warmup_steps)):
         if int(value) < 1:
             raise ValueError(f"benchmark {label} must be >= 1, got {value!r}")
+    if mixed_precision not in _POLICIES:
+        raise ValueError(f"mixed_precision must be one of {', '.join(_POLICIES)}, "
+                         f"got {mixed_precision!r}")
     if quick:
         blocks, steps_per_block, warmup_steps = 2, 2, 1
     sizes = {**DEFAULT_BATCH_SIZES, **(batch_sizes or {})}
     results = []
-    for name in models:
-        options = _QUICK_OPTIONS[name] if quick else {}
-        batch_size = _QUICK_BATCH if quick else int(sizes[name])
-        for jit in xla:
-            results.append(_measure(name, bool(jit), batch_size, options, blocks,
-                                    steps_per_block, warmup_steps, seed, companions,
-                                    phases))
-            keras.backend.clear_session()
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(_POLICIES[mixed_precision])
+    try:
+        for name in models:
+            options = _QUICK_OPTIONS[name] if quick else {}
+            batch_size = _QUICK_BATCH if quick else int(sizes[name])
+            for jit in xla:
+                row = _measure(name, bool(jit), batch_size, options, blocks, steps_per_block,
+                               warmup_steps, seed, companions, phases)
+                results.append({**row, "mixed_precision": mixed_precision})
+                keras.backend.clear_session()
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
     return {"machine": machine_info(), "results": results}
 
 
@@ -238,7 +254,9 @@ def to_markdown(results: dict[str, Any]) -> str:
                  "bnn binary / Larq binary", "same, CPU time"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = [row["model"], "on" if row["xla"] else "off", str(row["batch_size"]),
+        model = row["model"] + ("" if row.get("mixed_precision", "off") == "off"
+                                else f" ({row['mixed_precision']})")
+        cells = [model, "on" if row["xla"] else "off", str(row["batch_size"]),
                  f"{row['binary_ms']:.1f}", f"{row['float_ms']:.1f}", f"{row['ratio']:.2f}",
                  f"{row['cpu_ratio']:.2f}",
                  f"{row['binary_examples_per_second']:.0f}",
@@ -278,7 +296,8 @@ def run_from_args(args: argparse.Namespace,
     names = benchmark_flags.parse_models(args.models)
     sizes = {name: args.batch_size for name in names} if args.batch_size else None
     return run(names, args.xla, sizes, quick=args.quick, blocks=args.blocks,
-               steps_per_block=args.steps, companions=companions, phases=args.phases)
+               steps_per_block=args.steps, companions=companions, phases=args.phases,
+               mixed_precision=args.mixed_precision)
 
 
 def write_outputs(results: dict[str, Any], json_path: str | None,

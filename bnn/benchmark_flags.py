@@ -10,6 +10,10 @@ from bnn import catalog
 __all__ = ["add_arguments", "parse_models", "check"]
 
 
+# ``--mixed-precision`` values (bnn.benchmark maps them to Keras dtype policies).
+MIXED_PRECISION = ("off", "bfloat16", "float16")
+
+
 def _xla_settings(value: str) -> tuple[bool, ...]:
     settings = {"on": (True,), "off": (False,), "both": (True, False)}
     if value not in settings:
@@ -43,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="one batch size for every model (default: MLP 100, VGG-small 50)")
     parser.add_argument("--phases", action="store_true",
                         help="also time the forward pass and forward plus backward pass alone")
+    parser.add_argument("--mixed-precision", choices=MIXED_PRECISION, default="off",
+                        help="build the twins under this Keras mixed-precision policy (default off)")
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     parser.add_argument("--markdown", metavar="PATH", help="write the markdown table here")
     return parser

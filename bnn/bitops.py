@@ -143,14 +143,16 @@ def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Seq
     return tf.reshape(n - 2 * tf.cast(counts, tf.int32), [-1, ho, wo, units])
 
 
-def packed_training_enabled() -> bool:
-    """Whether binary layers compute their ±1 forward products by xor-popcount: on by default
-    where TensorFlow sees no GPU (whose float products are faster), off with
-    ``BNN_PACKED_FORWARD=0``, forced on with ``BNN_PACKED_FORWARD=1``."""
+def packed_training_enabled(compute_dtype: str = "float32") -> bool:
+    """Whether binary layers computing in ``compute_dtype`` take their ±1 forward products by
+    xor-popcount: by default where TensorFlow sees no GPU (whose float products are faster) and
+    the layer computes in float32 (under a ``mixed_bfloat16`` policy the float product runs in
+    bfloat16, which a CPU with AMX multiplies faster); off with ``BNN_PACKED_FORWARD=0``, on
+    whatever the dtype with ``BNN_PACKED_FORWARD=1``."""
     setting = settings.packed_forward()
     if setting != "auto":
         return setting == "on"
-    return not tf.config.list_physical_devices("GPU")
+    return compute_dtype == "float32" and not tf.config.list_physical_devices("GPU")
 
 
 @compiled

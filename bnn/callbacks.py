@@ -89,14 +89,16 @@ class LearningRateLogger(keras.callbacks.Callback):
 
 
 class TestEvaluation(keras.callbacks.Callback):
-    """Evaluates the test set after every epoch; adds ``test_loss`` and ``test_accuracy``."""
+    """Evaluates the test set after every ``every``-th epoch (never when ``every`` is 0); adds
+    ``test_loss`` and ``test_accuracy`` to those epochs' logs."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset, every: int = 1):
         super().__init__()
         self.dataset = dataset
+        self.every = int(every)
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None or self.model.stop_training:
+        if logs is None or self.model.stop_training or not self.every or (epoch + 1) % self.every:
             return
         result = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
         logs["test_loss"] = float(result["loss"])

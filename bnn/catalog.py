@@ -29,6 +29,9 @@ MODEL_OPTIONS: dict[str, dict[str, Any]] = {
                   "filters": (128, 128, 256, 256, 512, 512), "dense_units": (1024, 1024)},
     "binary_resnet": {**_SHARED, "input_shape": (32, 32, 3), "stages": (64, 128, 256, 512),
                       "blocks_per_stage": 2},
+    "reactnet_resnet": {**_SHARED, "input_shape": (32, 32, 3), "stages": (64, 128, 256),
+                        "blocks_per_stage": 2, "input_quantizer": "approx_sign",
+                        "learnable_threshold": True, "rprelu": True},
     "keras_file": {"path": "", "input_shape": (28, 28, 1), "num_classes": 10,
                    "synchronized_bn": False},
 }

@@ -1,7 +1,7 @@
 """``bnn``: the command line. Thin: parse arguments, check the user's input, call the library.
 
     bnn train CONFIG.yaml [--precision binary|float] [--set KEY=VALUE ...] [--output-dir DIR]
-    bnn compare CONFIG.yaml [--set KEY=VALUE ...] [--output-dir DIR] [--resume] [--overwrite]
+    bnn compare CONFIG.yaml [--set KEY=VALUE ...] [--output-dir DIR] [--ablate distill] ...
     bnn summary CONFIG.yaml
     bnn bench [--quick] [--json PATH] ...
     bnn export SOURCE -o MODEL.bnn
@@ -70,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="which twin (default: model.precision from the config)")
     compare = sub.add_parser("compare", help="train the binary model and its float twin, compare")
     _add_run_arguments(compare)
+    compare.add_argument("--ablate", action="append", choices=("distill",), default=[],
+                         help="also train the binary twin without training.distill, and report it")
     summary = sub.add_parser("summary", help="per-layer parameters, packed memory and MACs")
     summary.add_argument("config")
     summary.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -198,17 +200,19 @@ def _start_tensorflow(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
     from bnn import settings
     from bnn.config import load_config
+    from bnn.twins import plan_twins
 
     config = load_config(args.config, args.overrides)
     settings.check()
     data_dir = _data_dir(args.data_dir)
-    precisions = precisions or [config.model.precision]
+    plan = plan_twins(config, precisions or [config.model.precision],
+                      tuple(getattr(args, "ablate", ())))
     shared_dir = Path(args.output_dir or config.output_dir)
     with progress.enabled(not args.quiet):
-        return _train_and_report(args, config, precisions, data_dir, shared_dir)
+        return _train_and_report(args, config, plan, data_dir, shared_dir)
 
 
-def _train_and_report(args, config, precisions, data_dir, shared_dir) -> int:
+def _train_and_report(args, config, plan, data_dir, shared_dir) -> int:
     from bnn.config import dump_config
     from bnn.rundir import RunLock, prepare_run_dir
 
@@ -228,9 +232,9 @@ def _train_and_report(args, config, precisions, data_dir, shared_dir) -> int:
 
         verbose = 0 if args.quiet else (1 if sys.stdout.isatty() else 2)
         twins = {}
-        for precision in precisions:
-            twins[precision] = training.train_twin(config, precision, run_dir, data_dir,
-                                                   resume=args.resume, verbose=verbose)
+        for label, precision, twin_config in plan:
+            twins[label] = training.train_twin(twin_config, precision, run_dir, data_dir,
+                                               resume=args.resume, verbose=verbose, label=label)
         meta = {"name": config.name, "config": str(args.config), "model": config.model.name,
                 "dataset": config.dataset.name, "batch_size": config.training.batch_size,
                 "xla": config.training.xla}

@@ -42,6 +42,7 @@ __all__ = [
     "OptimizerConfig",
     "ScheduleConfig",
     "TrainingConfig",
+    "DistillConfig",
     "Config",
     "DATASETS",
     "OPTIMIZERS",
@@ -65,6 +66,7 @@ LOSSES = ("crossentropy", "squared_hinge")
 DEVICES = ("auto", "cpu", "gpu")
 MIXED_PRECISIONS = ("off", "float16", "bfloat16")
 DISTRIBUTES = ("none", "mirrored", "multi_worker")
+DISTILL_FLOAT_TWIN = "float_twin"
 
 _NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _NUMBER_PATTERN = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
@@ -189,6 +191,8 @@ class DatasetConfig:
     augment: bool = _f(True, _as_bool)
     limit_train: int | None = _f(None, _optional(_as_int(1)))
     limit_test: int | None = _f(None, _optional(_as_int(1)))
+    cutout: int = _f(0, _as_int(0))
+    on_device: bool = _f(False, _as_bool)
 
 
 def _model_options(value: Any, source: str, key: str) -> dict:
@@ -245,6 +249,31 @@ class ScheduleConfig:
     alpha: float = _f(0.0, _as_float(0.0, 1.0))
 
 
+def _teacher(value: Any, source: str, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(source, key, f"expected 'float_twin' or a path, got {_show(value)}",
+                          "write float_twin, a run directory or a .keras file")
+    return value
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """Distillation of the binary twin from a real-valued teacher (:mod:`bnn.distill`):
+    ``teacher`` is ``float_twin`` (the run's own float twin, trained first) or a run directory
+    or ``.keras`` file; the loss is ``(1 - weight) * hard loss + weight * temperature**2 *
+    KL(teacher || student)`` on logits divided by ``temperature``."""
+
+    teacher: str = _f(DISTILL_FLOAT_TWIN, _teacher)
+    temperature: float = _f(1.0, _as_float(0.0, math.inf, low_open=True))
+    weight: float = _f(1.0, _as_float(0.0, 1.0))
+
+
+def _distill(value: Any, source: str, key: str) -> DistillConfig | None:
+    if value is None:
+        return None
+    return _parse_section(DistillConfig, value, source, key)
+
+
 @dataclass(frozen=True)
 class TrainingConfig:
     """The training loop: length, batch, loss, devices, precision, checkpoints, logging."""
@@ -261,6 +290,9 @@ class TrainingConfig:
     checkpoints_keep: int = _f(3, _as_int(1))
     deterministic: bool = _f(False, _as_bool)
     histogram_freq: int = _f(1, _as_int(0))
+    distill: DistillConfig | None = _f(None, _distill)
+    test_time_flip: bool = _f(False, _as_bool)
+    test_every: int = _f(1, _as_int(0))
 
 
 @dataclass(frozen=True)
@@ -523,6 +555,12 @@ def _check_override_path(parts: list[str], source: str, where: str) -> None:
     if len(parts) > 1 and parts[1] not in known:
         raise ConfigError(source, where, f"unknown key '{head}.{parts[1]}'",
                           _suggest(parts[1], known, "known keys"))
+    if parts[:2] == ["training", "distill"] and len(parts) > 2:
+        known = [f.name for f in dataclasses.fields(DistillConfig)]
+        if len(parts) > 3 or parts[2] not in known:
+            raise ConfigError(source, where, f"unknown key '{'.'.join(parts)}'",
+                              _suggest(parts[2], known, "known keys of training.distill"))
+        return
     if len(parts) > 2 and (head, parts[1]) != ("model", "options"):
         raise ConfigError(source, where, f"{head}.{parts[1]} is a single value, not a section",
                           f"write {head}.{parts[1]}=VALUE")

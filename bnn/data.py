@@ -32,6 +32,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -99,7 +100,8 @@ class Datasets:
     ``train`` holds ``steps_per_epoch`` batches for each epoch in ``range(initial_epoch, epochs)``,
     concatenated, ready for ``model.fit(train, epochs=epochs, initial_epoch=initial_epoch,
     steps_per_epoch=steps_per_epoch)``. ``validation`` and ``test`` are in file order, with the last
-    partial batch kept.
+    partial batch kept. ``prepare`` is set for ``on_device`` pipelines, whose ``train`` yields the
+    indices that ``prepare`` turns into batches.
     """
 
     train: tf.data.Dataset
@@ -111,6 +113,7 @@ class Datasets:
     train_size: int
     validation_size: int
     test_size: int
+    prepare: Callable[[dict], tuple[tf.Tensor, tf.Tensor]] | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -456,15 +459,52 @@ def _augment(x: tf.Tensor, seed: tf.Tensor, pad: int, flip: bool) -> tf.Tensor:
     return tf.where(flips[:, None, None, None], tf.reverse(cropped, axis=[2]), cropped)
 
 
+def _cutout(x: tf.Tensor, seed: tf.Tensor, size: int) -> tf.Tensor:
+    """Cutout (DeVries and Taylor 2017) of a normalized batch (B, H, W, C): in each image, the
+    ``size`` x ``size`` square centred on a uniformly random pixel (cut off at the border) is set
+    to 0, the mean pixel; stateless, so the same ``seed`` gives the same squares."""
+    b, h, w = tf.shape(x)[0], x.shape[1], x.shape[2]
+    row_seed, col_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    top = tf.random.stateless_uniform([b, 1], row_seed, 0, h, tf.int32) - size // 2
+    left = tf.random.stateless_uniform([b, 1], col_seed, 0, w, tf.int32) - size // 2
+    rows, cols = tf.range(h)[None, :] - top, tf.range(w)[None, :] - left  # (B, H), (B, W)
+    inside = ((rows >= 0) & (rows < size))[:, :, None] & ((cols >= 0) & (cols < size))[:, None, :]
+    return tf.where(inside[..., None], tf.zeros_like(x), x)
+
+
+def _batch_maker(name: str, x: np.ndarray, y: np.ndarray, seed: int, augment: bool, cutout: int,
+                 device: str | None = None) -> Callable[[dict], tuple[tf.Tensor, tf.Tensor]]:
+    """The function that turns ``{"epoch", "step", "index"}`` into the normalized, augmented
+    ``(images, labels)`` batch, from copies of ``x`` and ``y`` on ``device`` (default: where
+    TensorFlow puts new tensors). Step ``s`` of epoch ``e`` draws its random numbers from
+    ``fold_in((seed, e), s)``: crop and flip from its split, cutout from its ``fold_in(., 2)``."""
+    with tf.device(device):
+        x_all, y_all = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+
+    def make(batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
+        index = batch["index"]
+        xb = tf.gather(x_all, index)
+        step_seed = tf.random.experimental.stateless_fold_in(
+            tf.stack([tf.constant(seed, tf.int64), batch["epoch"]]), batch["step"])
+        if augment:
+            xb = _augment(xb, step_seed, *AUGMENTATION[name])
+        xb = normalize(name, xb)
+        if cutout:
+            xb = _cutout(xb, tf.random.experimental.stateless_fold_in(step_seed, 2), cutout)
+        return xb, tf.gather(y_all, index)
+
+    return make
+
+
 def _eval_dataset(name: str, x: np.ndarray, y: np.ndarray, batch_size: int) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
     return ds.map(lambda xb, yb: (normalize(name, xb), yb)).prefetch(tf.data.AUTOTUNE)
 
 
-def _train_dataset(name: str, x: np.ndarray, y: np.ndarray, batch_size: int, steps: int, seed: int,
-                   initial_epoch: int, epochs: int, augment: bool) -> tf.data.Dataset:
-    n = len(x)
-    x_all, y_all = tf.constant(x), tf.constant(y)
+def _train_indices(n: int, batch_size: int, steps: int, seed: int, initial_epoch: int,
+                   epochs: int) -> tf.data.Dataset:
+    """``{"epoch", "step", "index"}`` for every step of epochs ``[initial_epoch, epochs)``: epoch
+    ``e`` visits ``np.random.default_rng([seed, e]).permutation(n)`` in batches."""
 
     def permutation(epoch: np.int64) -> np.ndarray:
         order = np.random.default_rng([seed, int(epoch)]).permutation(n)
@@ -474,24 +514,18 @@ def _train_dataset(name: str, x: np.ndarray, y: np.ndarray, batch_size: int, ste
         order = tf.numpy_function(permutation, [epoch], tf.int64, stateful=False)
         order = tf.ensure_shape(order, [steps, batch_size])
         step = tf.range(steps, dtype=tf.int64)
-        return tf.data.Dataset.from_tensor_slices((tf.fill([steps], epoch), step, order))
-
-    def load(epoch: tf.Tensor, step: tf.Tensor, index: tf.Tensor):
-        xb = tf.gather(x_all, index)
-        if augment:
-            xb = _augment(xb, tf.random.experimental.stateless_fold_in(
-                tf.stack([tf.constant(seed, tf.int64), epoch]), step), *AUGMENTATION[name])
-        return normalize(name, xb), tf.gather(y_all, index)
+        return tf.data.Dataset.from_tensor_slices(
+            {"epoch": tf.fill([steps], epoch), "step": step, "index": order})
 
     ds = tf.data.Dataset.range(initial_epoch, epochs).flat_map(epoch_batches)
-    ds = ds.apply(tf.data.experimental.assert_cardinality((epochs - initial_epoch) * steps))
-    return ds.map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(tf.data.AUTOTUNE)
+    return ds.apply(tf.data.experimental.assert_cardinality((epochs - initial_epoch) * steps))
 
 
 def make_datasets(name: str, batch_size: int, seed: int = 0, *, epochs: int = 1, initial_epoch: int = 0,
                   validation_split: float = 0.0, augment: bool = True, limit_train: int | None = None,
                   limit_test: int | None = None, data_dir: str | os.PathLike | None = None,
-                  test_batch_size: int | None = None) -> Datasets:
+                  test_batch_size: int | None = None, cutout: int = 0,
+                  on_device: bool = False) -> Datasets:
     """Builds train / validation / test pipelines for a dataset.
 
     The last ``floor(N * validation_split)`` training examples form the validation set; then
@@ -499,13 +533,21 @@ def make_datasets(name: str, batch_size: int, seed: int = 0, *, epochs: int = 1,
     ``steps_per_epoch = train_size // batch_size`` (the last partial batch of each epoch is dropped).
     Epoch ``e`` visits ``np.random.default_rng([seed, e]).permutation(train_size)``; with
     ``augment``, batches are padded, cropped and (CIFAR-10) flipped as :data:`AUGMENTATION` says,
-    with stateless ops seeded from ``(seed, e, step)``.
+    with stateless ops seeded from ``(seed, e, step)``; ``cutout > 0`` then zeroes a random
+    ``cutout`` x ``cutout`` square of each normalized image.
     Validation and test batches have ``test_batch_size`` examples (default ``batch_size``).
+
+    ``on_device=True`` keeps the training images as one uint8 tensor where TensorFlow places new
+    tensors (the GPU when there is one): ``train`` then yields only ``{"epoch", "step", "index"}``
+    and ``Datasets.prepare`` turns each into the same ``(images, labels)`` batch as the host
+    pipeline, with tensor ops meant to run inside the compiled train step
+    (:class:`bnn.fitting.FitModel`).
     """
     _check_name(name)
     for arg, value, low in (("batch_size", batch_size, 1), ("epochs", epochs, 1),
                             ("initial_epoch", initial_epoch, 0), ("limit_train", limit_train, 1),
-                            ("limit_test", limit_test, 1), ("test_batch_size", test_batch_size, 1)):
+                            ("limit_test", limit_test, 1), ("test_batch_size", test_batch_size, 1),
+                            ("cutout", cutout, 0)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
                                   or value < low):
             raise DataError(f"{arg} must be an integer >= {low}, got {value!r}")
@@ -533,9 +575,15 @@ def make_datasets(name: str, batch_size: int, seed: int = 0, *, epochs: int = 1,
     if n_val:
         validation = _eval_dataset(name, arrays.x_train[n - n_val:], arrays.y_train[n - n_val:],
                                    eval_batch)
+    make_batch = _batch_maker(name, x_train, y_train, seed, augment, cutout,
+                              device=None if on_device else "/cpu:0")
+    train = _train_indices(len(x_train), batch_size, steps, seed, initial_epoch, epochs)
+    if not on_device:
+        train = train.map(make_batch, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True).prefetch(tf.data.AUTOTUNE)
     return Datasets(
-        train=_train_dataset(name, x_train, y_train, batch_size, steps, seed, initial_epoch, epochs,
-                             augment),
+        train=train,
+        prepare=make_batch if on_device else None,
         validation=validation,
         test=_eval_dataset(name, x_test, y_test, eval_batch),
         steps_per_epoch=steps,

@@ -1,16 +1,19 @@
 """Binary layers: Keras' Dense, Conv2D, DepthwiseConv2D and SeparableConv2D with quantized inputs
-and kernels.
+and kernels, and the per-channel activations of modern binary ResNets.
 
-The layers keep real-valued *latent* kernels that the optimizer updates; the forward pass uses
-``kernel_quantizer(kernel)`` (±1 by default) on ``input_quantizer(inputs)``. With
+The binary layers keep real-valued *latent* kernels that the optimizer updates; the forward pass
+uses ``kernel_quantizer(kernel)`` (±1 by default) on ``input_quantizer(inputs)``. With
 ``precision="float"`` the same layer is an ordinary float layer of the same shape, which is how
 bnn builds a binary model's float twin. ``layer.binary_kernels()`` lists the latent kernels that
 a layer binarizes; optimizers, metrics and the model summary find binary weights through it.
+
+``RSign`` (a sign with a learnable per-channel threshold) and ``RPReLU`` (a PReLU with learnable
+per-channel shifts) are ReActNet's activations (Liu et al. 2020).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -20,9 +23,10 @@ from keras import ops
 from bnn import bitops
 from bnn import quantizers as quantizers_lib
 from bnn.constraints import WeightClip
+from bnn.xla import compiled
 
 __all__ = ["BinaryDense", "BinaryConv2D", "BinaryDepthwiseConv2D", "BinarySeparableConv2D",
-           "PRECISIONS"]
+           "RSign", "RPReLU", "PRECISIONS"]
 
 PRECISIONS = ("binary", "float")
 _DEFAULT = "default"
@@ -143,7 +147,7 @@ class _QuantizedLayer(_Quantization):
         q_in, q_k = self.input_quantizer, self.kernel_quantizer
         return (self.quantized and not self.scale_kernel
                 and getattr(q_in, "plus_minus_one", False) and getattr(q_k, "plus_minus_one", False)
-                and bitops.packed_training_enabled())
+                and bitops.packed_training_enabled(self.compute_dtype))
 
     def _quantization_config(self) -> dict[str, Any]:
         return {
@@ -440,3 +444,166 @@ class BinarySeparableConv2D(_DepthwiseQuantization, keras.layers.SeparableConv2D
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), **self._depthwise_config()}
+
+
+def _channel_shape(rank: int) -> tuple[int, ...]:
+    """Broadcast shape of a per-channel vector: ``(1, ..., 1, channels)``."""
+    return (1,) * (rank - 1) + (-1,)
+
+
+def _channel_sum(t: tf.Tensor) -> tf.Tensor:
+    """Sum over every axis but the last, as a TensorFlow op of its own: XLA's CPU compiler turns
+    such a column sum into a windowed loop several times slower than TensorFlow's kernel."""
+    return tf.reduce_sum(t, axis=list(range(t.shape.rank - 1)))
+
+
+@compiled
+def _shift(x: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
+    return x - tf.reshape(t, _channel_shape(x.shape.rank))
+
+
+@tf.custom_gradient
+def _channel_shift(x: tf.Tensor, t: tf.Tensor):
+    """``x - t`` with ``t`` per channel, in one pass; gradients ``dy`` and ``-sum(dy)``."""
+    return _shift(x, t), lambda dy: (tf.identity(dy), -_channel_sum(dy))
+
+
+def _shifted_activation(activation: Callable) -> Callable:
+    """``activation(x - t)`` with ``t`` per channel, one fused pass forward and one backward
+    (the activation's derivative by automatic differentiation inside that pass), and the
+    threshold's gradient ``-sum(dx)`` as a TensorFlow sum."""
+
+    @compiled
+    def forward(x, t):
+        return activation(x - tf.reshape(t, _channel_shape(x.shape.rank)))
+
+    @compiled
+    def backward(dy, x, t):
+        z = x - tf.reshape(t, _channel_shape(x.shape.rank))
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            y = activation(z)
+        return tape.gradient(y, z, output_gradients=dy)
+
+    @tf.custom_gradient
+    def op(x, t):
+        def grad(dy):
+            dx = backward(dy, x, t)
+            return dx, -_channel_sum(dx)
+
+        return forward(x, t), grad
+
+    return op
+
+
+@compiled
+def _rprelu_forward(xs, gamma, beta, zeta):
+    shape = _channel_shape(xs[0].shape.rank)
+    z = tf.add_n(xs) - tf.reshape(gamma, shape)
+    return tf.where(z > 0, z, tf.reshape(beta, shape) * z) + tf.reshape(zeta, shape)
+
+
+@compiled
+def _rprelu_backward(dy, xs, gamma, beta):
+    """``dy/dx * dy`` and ``dy/dbeta * dy``, elementwise, in one pass."""
+    shape = _channel_shape(dy.shape.rank)
+    z = tf.add_n(xs) - tf.reshape(gamma, shape)
+    positive = z > 0
+    return (tf.where(positive, dy, tf.reshape(beta, shape) * dy),
+            tf.where(positive, tf.zeros_like(dy), dy * z))
+
+
+@tf.custom_gradient
+def _rprelu(gamma, beta, zeta, *xs):
+    """RPReLU of ``sum(xs)`` in one pass forward and one backward, plus the three per-channel
+    sums; every summand gets the same gradient."""
+    def grad(dy):
+        dx, dbeta = _rprelu_backward(dy, list(xs), gamma, beta)
+        return (-_channel_sum(dx), _channel_sum(dbeta), _channel_sum(dy), *([dx] * len(xs)))
+
+    return _rprelu_forward(list(xs), gamma, beta, zeta), grad
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class RSign(keras.layers.Layer):
+    r"""Sign with a learnable threshold per channel (ReActNet's RSign).
+
+    ``y = quantizer(x - t_c)`` for channel ``c`` (the last axis), ``t`` initialized to 0 and
+    trained. With ``ste_sign`` the gradients are ``dy/dx = 1{|x - t_c| <= 1}`` and
+    ``dL/dt_c = -sum(dL/dy * 1{|x - t_c| <= 1})`` over every position of channel ``c``.
+
+    ``quantizer=None`` keeps only the shift, ``y = x - t_c``, for a binary layer whose own input
+    quantizer then takes the sign: ``BinaryConv2D(input_quantizer=q)(RSign(None)(x))`` computes
+    ``conv(q(x - t), sign(W))``, and its product still runs by xor-popcount. bnn's models use it
+    that way.
+
+    ``precision="float"`` (the float twin) has no sign: ``y = float_activation(x - t_c)``, the real
+    activation the float twin has where the binary model takes the sign (default ``None``: the
+    shift alone). Shift and activation are one fused pass forward and one backward, and the
+    threshold's gradient one per-channel sum.
+    """
+
+    def __init__(self, quantizer: Any = "ste_sign", precision: str = "binary",
+                 float_activation: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        if precision not in PRECISIONS:
+            raise ValueError(f"RSign precision must be one of {PRECISIONS}, got {precision!r}")
+        self.quantizer = quantizers_lib.get(quantizer)
+        self.precision = precision
+        self.float_activation = float_activation
+        self._float_op = (None if float_activation is None else
+                          _shifted_activation(keras.activations.get(float_activation)))
+
+    def build(self, input_shape):
+        self.threshold = self.add_weight(name="threshold", shape=(int(input_shape[-1]),),
+                                         initializer="zeros")
+
+    def call(self, inputs):
+        t = ops.cast(self.threshold, inputs.dtype)
+        if self.precision == "float" and self._float_op is not None:
+            return self._float_op(inputs, t)
+        shifted = _channel_shift(inputs, t)
+        if self.precision == "binary" and self.quantizer is not None:
+            return self.quantizer(shifted)
+        return shifted
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "precision": self.precision,
+                "quantizer": quantizers_lib.serialize(self.quantizer),
+                "float_activation": self.float_activation}
+
+
+@keras.saving.register_keras_serializable(package="bnn")
+class RPReLU(keras.layers.Layer):
+    r"""PReLU with learnable shifts before and after, per channel (ReActNet's RPReLU).
+
+    ``y = z + zeta_c`` where ``z = x - gamma_c`` if ``x > gamma_c``, else ``beta_c (x - gamma_c)``,
+    for channel ``c`` (the last axis). ``gamma`` and ``zeta`` start at 0, the slope ``beta`` at
+    ``slope`` (PReLU's 0.25). Gradients: ``dy/dx = 1`` where ``x > gamma_c``, else ``beta_c``;
+    ``dy/dgamma_c = -dy/dx``; ``dy/dzeta_c = 1``; ``dy/dbeta_c = min(x - gamma_c, 0)``.
+    Real-valued in both twins; one fused pass forward and one backward.
+
+    Called on a list of tensors of one shape, it is the RPReLU of their sum, with the addition
+    in the same pass (a residual block's ``RPReLU(shortcut + y)`` without a pass of its own).
+    """
+
+    def __init__(self, slope: float = 0.25, **kwargs):
+        super().__init__(**kwargs)
+        self.slope = float(slope)
+
+    def build(self, input_shape):
+        if input_shape and isinstance(input_shape[0], (list, tuple)):  # a list of shapes
+            input_shape = input_shape[0]
+        channels = (int(input_shape[-1]),)
+        self.gamma = self.add_weight(name="gamma", shape=channels, initializer="zeros")
+        self.beta = self.add_weight(name="beta", shape=channels,
+                                    initializer=keras.initializers.Constant(self.slope))
+        self.zeta = self.add_weight(name="zeta", shape=channels, initializer="zeros")
+
+    def call(self, inputs):
+        xs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        return _rprelu(*(ops.cast(v, xs[0].dtype) for v in (self.gamma, self.beta, self.zeta)),
+                       *xs)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "slope": self.slope}

@@ -32,10 +32,12 @@ class BatchNormalization(keras.layers.BatchNormalization):
     averages) whose training step, outside XLA, is one ``FusedBatchNormV3`` kernel forward and
     one backward, and under XLA runs on the input viewed as a matrix (one row per position).
 
-    The fused path applies in training to float32 channels-last 4-D inputs without a mask,
-    ``renorm`` or ``synchronized``. The XLA path applies in training to inputs of rank 3 or more
+    The fused path applies in training to float32 or bfloat16 (a ``mixed_bfloat16`` policy)
+    channels-last 4-D inputs without a mask, ``renorm`` or ``synchronized``; its statistics and
+    scale are float32 either way, as in Keras' layer. Inference on bfloat16 inputs (outside XLA)
+    is one ``FusedBatchNormV3`` kernel too. The XLA path applies in training to inputs of rank 3 or more
     normalized over their last axis, without a mask, ``renorm`` or ``synchronized``. Inference
-    and everything else is Keras' layer unchanged (so a trained model predicts, and exports,
+    and everything else is Keras' layer unchanged (so a float32 model predicts, and exports,
     exactly as with Keras' layer). The moving variance is updated with the biased batch
     variance, as Keras does (the kernel reports the unbiased one; it is scaled back by
     ``(n - 1) / n``). Outputs and gradients equal Keras' to float32 rounding.
@@ -49,8 +51,30 @@ class BatchNormalization(keras.layers.BatchNormalization):
     def _fused_applies(self, inputs, training, mask) -> bool:
         return (self._plain_training(inputs, training, mask)
                 and inputs.shape.rank == 4 and self.axis in (-1, 3)
-                and inputs.dtype == tf.float32 and self.moving_mean.dtype == "float32"
-                and self.compute_dtype == "float32" and not in_xla_context())
+                and inputs.dtype in (tf.float32, tf.bfloat16)
+                and self.moving_mean.dtype == "float32"
+                and self.compute_dtype == inputs.dtype.name and not in_xla_context())
+
+    def _fused_inference_applies(self, inputs, training, mask) -> bool:
+        """Inference on bfloat16 channels-last 4-D inputs outside XLA: TensorFlow's bfloat16
+        elementwise kernels are slow on CPUs, and Keras' layer runs five of them."""
+        return (not training and mask is None and isinstance(inputs, tf.Tensor)
+                and inputs.shape.rank == 4 and self.axis in (-1, 3)
+                and inputs.dtype == tf.bfloat16 and self.compute_dtype == "bfloat16"
+                and self.moving_mean.dtype == "float32" and not in_xla_context())
+
+    def _call_fused_inference(self, inputs):
+        """``(x - moving_mean) / sqrt(moving_variance + epsilon) * gamma + beta`` in one
+        ``FusedBatchNormV3`` kernel (statistics and scale in float32)."""
+        channels = int(inputs.shape[-1])
+        gamma = self.gamma if self.scale else tf.ones([channels])
+        beta = self.beta if self.center else tf.zeros([channels])
+        outputs, *_ = tf.raw_ops.FusedBatchNormV3(
+            x=inputs, scale=tf.convert_to_tensor(gamma), offset=tf.convert_to_tensor(beta),
+            mean=tf.convert_to_tensor(self.moving_mean),
+            variance=tf.convert_to_tensor(self.moving_variance), epsilon=self.epsilon,
+            data_format="NHWC", is_training=False)
+        return outputs
 
     def _flat_applies(self, inputs, training, mask) -> bool:
         return (self._plain_training(inputs, training, mask)
@@ -79,6 +103,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
     def call(self, inputs, training=None, mask=None):
         if self._flat_applies(inputs, training, mask):
             return self._call_flat(inputs)
+        if self._fused_inference_applies(inputs, training, mask):
+            return self._call_fused_inference(inputs)
         if not self._fused_applies(inputs, training, mask):
             return super().call(inputs, training=training, mask=mask)
         channels = int(inputs.shape[-1])

@@ -40,6 +40,11 @@ def build_report(twins: dict[str, dict[str, Any]], meta: dict[str, Any] | None =
     return report
 
 
+#: Report columns, in order: ``binary_no_distill`` is the binary twin trained without
+#: distillation (``bnn compare --ablate distill``).
+_TWINS = ("binary", "binary_no_distill", "float")
+
+
 def _fmt(value: Any, kind: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
@@ -48,7 +53,7 @@ def _fmt(value: Any, kind: str) -> str:
 
 
 def _twins(report: dict) -> list[str]:
-    return [p for p in ("binary", "float") if p in report]
+    return [p for p in _TWINS if p in report]
 
 
 def _has_curves(report: dict) -> bool:
@@ -73,6 +78,9 @@ def to_markdown(report: dict, figure: str | None = None) -> str:
                      + " |")
     if report.get("step_time_ratio") is not None:
         lines += ["", f"Binary / float median train step: **{report['step_time_ratio']:.2f}**"]
+    if len(twins) > 1:
+        total = sum(report[p].get("wall_seconds", 0.0) for p in twins)
+        lines += ["", f"Wall time of all twins together: {_fmt(total, 's')} s"]
     lines += ["", "Curves over time: `tensorboard --logdir <this run directory>`", ""]
     return "\n".join(lines)
 

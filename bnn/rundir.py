@@ -211,6 +211,7 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
     if (run_dir / "report.json").exists():
         raise RunDirError(f"{run_dir} already holds a finished run; pass --overwrite to replace "
                           "it or --output-dir to write elsewhere")
-    if any(Checkpoints(run_dir / p / "checkpoints").epochs() for p in ("binary", "float")):
+    twins = [child for child in run_dir.iterdir() if child.is_dir()] if run_dir.is_dir() else []
+    if any(Checkpoints(twin / "checkpoints").epochs() for twin in twins):
         raise RunDirError(f"{run_dir} holds an unfinished run; pass --resume to continue it or "
                           "--overwrite to start over")

@@ -22,14 +22,18 @@ import tensorflow as tf
 
 from bnn import callbacks as cb
 from bnn import data as data_lib
+from bnn import distill as distill_lib
 from bnn import losses, models, optimizers, progress
 from bnn.config import Config, hparams
 from bnn.errors import Interrupted, RunDirError, TrainingError
+from bnn.fitting import FitModel
 from bnn.rundir import Checkpoints
 from bnn.runtime import configure_runtime, is_chief, make_strategy
 from bnn.schedules import EpochSchedule, decay_rate_for
+from bnn.twins import NO_DISTILL, plan_twins
 
-__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "build_model"]
+__all__ = ["TrainingError", "Interrupted", "TwinResult", "train_twin", "plan_twins",
+           "build_model", "NO_DISTILL"]
 
 
 @dataclass
@@ -117,10 +121,12 @@ class _Twin:
     """State of one twin's training run; ``run()`` does the work."""
 
     def __init__(self, config: Config, precision: str, run_dir: Path, data_dir=None,
-                 resume: bool = False, verbose: int | str = "auto"):
+                 resume: bool = False, verbose: int | str = "auto", label: str | None = None):
         self.config = config
         self.precision = precision
-        self.dir = Path(run_dir) / precision
+        self.run_dir = Path(run_dir)
+        self.label = label or precision
+        self.dir = self.run_dir / self.label
         self.data_dir = data_dir
         self.resume = resume
         self.verbose = verbose
@@ -134,7 +140,8 @@ class _Twin:
         self.signals = cb.SignalStop()
         self.strategy = make_strategy(config)
         self.chief = is_chief(self.strategy)
-        self.model: keras.Model | None = None
+        self.model: keras.Model | None = None  # the student: what checkpoints hold
+        self.fit_model: keras.Model | None = None  # what fit runs: the student or a FitModel
         self.skipped = 0  # batches of the current epoch done before a mid-epoch resume
 
     def _datasets(self, initial_epoch: int, epochs: int) -> data_lib.Datasets:
@@ -146,7 +153,8 @@ class _Twin:
                 d.name, t.batch_size, t.seed, epochs=epochs,
                 initial_epoch=min(initial_epoch, epochs - 1),
                 validation_split=d.validation_split, augment=d.augment,
-                limit_train=d.limit_train, limit_test=d.limit_test, data_dir=self.data_dir)
+                limit_train=d.limit_train, limit_test=d.limit_test, data_dir=self.data_dir,
+                cutout=d.cutout, on_device=d.on_device)
 
     def state(self) -> dict:
         return {"history": self.history, "step_medians": self.step_medians + self.timer.epoch_medians,
@@ -165,8 +173,9 @@ class _Twin:
         from bnn.metrics import FlipRatio
 
         compile_ = "tracing and XLA compilation" if self.config.training.xla else "tracing"
-        cbs = [cb.FirstStepProgress(f"{self.precision}: first train step ({compile_})"),
-               self.timer, cb.LearningRateLogger(), cb.TestEvaluation(test_ds), self.nonfinite]
+        cbs = [cb.FirstStepProgress(f"{self.label}: first train step ({compile_})"),
+               self.timer, cb.LearningRateLogger(),
+               cb.TestEvaluation(test_ds, self.config.training.test_every), self.nonfinite]
         if self.precision == "binary":
             cbs.append(FlipRatio(every="epoch"))
         cbs.append(_EpochCheckpoint(self))
@@ -191,6 +200,7 @@ class _Twin:
         with self.strategy.scope():
             self.model = _load_checkpoint(path) if latest else build_model(
                 self.config, self.precision, data)
+            self.fit_model = self._fit_model(data)
         if start < epochs and self.verbose:
             where = f" from epoch {start + 1}" if latest else ""
             print(f"bnn: training {self.precision} {self.config.model.name} on "
@@ -208,13 +218,34 @@ class _Twin:
             self._fit(data.train, start, epochs, data.steps_per_epoch, data, callbacks)
         return self._finish(data)
 
+    def _fit_model(self, data: data_lib.Datasets) -> keras.Model:
+        """The student itself, or a :class:`FitModel` around it for distillation (binary twins),
+        device-side batches or test-time flips, compiled with the student's optimizer."""
+        t = self.config.training
+        distill = t.distill if self.precision == "binary" else None
+        if distill is None and data.prepare is None and not t.test_time_flip:
+            return self.model
+        if data.prepare is not None and t.distribute != "none":
+            raise TrainingError("dataset.on_device trains on one device; set "
+                                "training.distribute=none or dataset.on_device=false")
+        teacher = None if distill is None else distill_lib.load_teacher(
+            distill.teacher, self.run_dir, data.input_shape, data.num_classes)
+        fit = FitModel(self.model, teacher,
+                       temperature=distill.temperature if distill else 1.0,
+                       weight=distill.weight if distill else 0.0,
+                       prepare=data.prepare, test_time_flip=t.test_time_flip)
+        fit.compile(optimizer=self.model.optimizer, loss=self.model.loss,
+                    metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                    jit_compile=t.xla)
+        return fit
+
     def _stopped(self) -> bool:
         return bool(self.nonfinite.where) or self.signals.received is not None
 
     def _fit(self, train, initial_epoch, epochs, steps, data, callbacks) -> None:
-        self.model.fit(train, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps,
-                       validation_data=data.validation, callbacks=callbacks,
-                       verbose=self.verbose, shuffle=False)
+        self.fit_model.fit(train, epochs=epochs, initial_epoch=initial_epoch,
+                           steps_per_epoch=steps, validation_data=data.validation,
+                           callbacks=callbacks, verbose=self.verbose, shuffle=False)
 
     def _finish(self, data: data_lib.Datasets) -> TwinResult:
         if self.nonfinite.where:
@@ -230,7 +261,7 @@ class _Twin:
                 f"{self.precision}: stopped by signal {self.signals.received} during epoch "
                 f"{self.signals.epoch + 1} and saved {self.checkpoints.interrupted_model_path}; "
                 "continue with --resume")
-        result = self.model.evaluate(data.test, verbose=0, return_dict=True)
+        result = self._final_test(data)
         medians = self.step_medians + self.timer.epoch_medians
         median_ms = float(np.median(medians)) if medians else float("nan")
         tests = [h["test_accuracy"] for h in self.history if "test_accuracy" in h]
@@ -252,6 +283,14 @@ class _Twin:
             self._write_final(twin)
         return twin
 
+    def _final_test(self, data: data_lib.Datasets) -> dict[str, float]:
+        """Test loss and accuracy of the trained model: those of the last epoch when it was
+        evaluated (the model has not changed since), else a new evaluation."""
+        last = self.history[-1] if len(self.history) == self.config.training.epochs else {}
+        if "test_accuracy" in last and "test_loss" in last:
+            return {"accuracy": last["test_accuracy"], "loss": last["test_loss"]}
+        return self.fit_model.evaluate(data.test, verbose=0, return_dict=True)
+
     def _write_final(self, twin: TwinResult) -> None:
         path = self.dir / "model.keras"
         tmp = self.dir / ".model.keras.tmp.keras"
@@ -266,17 +305,24 @@ def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinRes
 
     values = {**hparams(config), "precision": precision}
     with tf.summary.create_file_writer(str(twin_dir / "hparams")).as_default():
-        hp.hparams(values, trial_id=f"{config.name}/{precision}")
+        hp.hparams(values, trial_id=f"{config.name}/{twin_dir.name}")
         for key in ("test_accuracy", "best_test_accuracy", "median_step_ms", "wall_seconds"):
             tf.summary.scalar(f"final/{key}", getattr(twin, key), step=twin.epochs)
         tf.summary.flush()
 
 
 def train_twin(config: Config, precision: str, run_dir: Path, data_dir=None,
-               resume: bool = False, verbose: int | str = "auto") -> TwinResult:
-    """Trains (or resumes) the ``precision`` twin of ``config`` in ``run_dir/precision``."""
+               resume: bool = False, verbose: int | str = "auto",
+               label: str | None = None) -> TwinResult:
+    """Trains (or resumes) the ``precision`` twin of ``config`` in ``run_dir/label`` (default
+    ``run_dir/precision``). The Keras dtype policy that ``training.mixed_precision`` selects
+    holds while the twin trains; the one before it is restored afterwards."""
     if resume and config.training.distribute == "multi_worker":
         raise TrainingError("--resume is not supported with training.distribute=multi_worker "
                             "(only the chief holds checkpoints); start over with --overwrite")
-    configure_runtime(config)
-    return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose).run()
+    policy = keras.mixed_precision.global_policy()
+    try:
+        configure_runtime(config)
+        return _Twin(config, precision, Path(run_dir), data_dir, resume, verbose, label).run()
+    finally:
+        keras.mixed_precision.set_global_policy(policy)

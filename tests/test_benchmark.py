@@ -91,3 +91,23 @@ def test_binary_forward_is_exact_against_fp32_sign_reference(jit):
     sign = lambda a: np.where(a >= 0, 1.0, -1.0)  # noqa: E731
     want = sign(x).astype(np.float64) @ sign(layer.kernel.numpy()).astype(np.float64)
     np.testing.assert_array_equal(got, want)
+
+
+def test_mixed_precision_builds_the_twins_under_that_policy_and_restores_the_global_one():
+    import keras
+
+    seen = []
+
+    def companions(spec):
+        seen.append(keras.mixed_precision.global_policy().name)
+        return {}
+
+    results = benchmark.run(("reactnet_resnet",), xla=(False,), quick=True,
+                            mixed_precision="bfloat16", companions=companions)
+    row, = results["results"]
+    assert row["mixed_precision"] == "bfloat16" and row["binary_ms"] > 0
+    assert seen == ["mixed_bfloat16"]
+    assert keras.mixed_precision.global_policy().name == "float32"
+    assert "reactnet_resnet (bfloat16)" in benchmark.to_markdown(results)
+    with pytest.raises(ValueError, match="mixed_precision must be one of"):
+        benchmark.run(("reactnet_resnet",), quick=True, mixed_precision="fp8")

@@ -134,3 +134,18 @@ def test_statistics_of_a_matrix_view_only_under_xla_in_training():
     renorm = BatchNormalization(renorm=True)
     renorm.build((None, 4, 4, 3))
     assert _moment_input_ranks(renorm, True) == {4}  # Keras' own path
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_bfloat16_batch_norm_takes_the_fused_kernel_with_keras_results(training):
+    ours, theirs = _pair(dtype="mixed_bfloat16", scale=training, momentum=0.8)
+    x = tf.cast(tf.random.stateless_normal((4, 6, 5, 7), [2, 3]) * 2 + 1, tf.bfloat16)
+    mine = ours(x, training=training)
+    keras_out = theirs(x, training=training)
+    assert mine.dtype == keras_out.dtype == tf.bfloat16
+    np.testing.assert_allclose(tf.cast(mine, tf.float32).numpy(),
+                               tf.cast(keras_out, tf.float32).numpy(), rtol=2e-2, atol=2e-2)
+    for a, b in zip(ours.non_trainable_weights, theirs.non_trainable_weights):  # moving stats
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+    graph = tf.function(lambda t: ours(t, training=training)).get_concrete_function(x).graph
+    assert any(op.type == "FusedBatchNormV3" for op in graph.get_operations())
