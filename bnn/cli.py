@@ -205,9 +205,9 @@ def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
     config = load_config(args.config, args.overrides)
     settings.check()
     data_dir = _data_dir(args.data_dir)
-    plan = plan_twins(config, precisions or [config.model.precision],
-                      tuple(getattr(args, "ablate", ())))
     shared_dir = Path(args.output_dir or config.output_dir)
+    plan = plan_twins(config, precisions or [config.model.precision],
+                      tuple(getattr(args, "ablate", ())), shared_dir)
     with progress.enabled(not args.quiet):
         return _train_and_report(args, config, plan, data_dir, shared_dir)
 

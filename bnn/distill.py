@@ -22,8 +22,8 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
-from bnn.config import DISTILL_FLOAT_TWIN
-from bnn.runtime import TrainingError
+from bnn.errors import TrainingError
+from bnn.twins import teacher_path
 
 __all__ = ["distillation_loss", "teacher_path", "load_teacher"]
 
@@ -37,31 +37,6 @@ def distillation_loss(student_logits: tf.Tensor, teacher_logits: tf.Tensor,
     log_s = tf.nn.log_softmax(tf.cast(student_logits, tf.float32) / t, axis=-1)
     log_t = tf.nn.log_softmax(tf.stop_gradient(tf.cast(teacher_logits, tf.float32)) / t, axis=-1)
     return t * t * tf.reduce_sum(tf.exp(log_t) * (log_t - log_s), axis=-1)
-
-
-def teacher_path(teacher: str, run_dir: Path) -> Path:
-    """The ``.keras`` file of ``training.distill.teacher``: ``RUN_DIR/float/model.keras`` for
-    ``float_twin``, ``DIR/float/model.keras`` for a run directory ``DIR``, else the file itself.
-
-    Raises:
-        TrainingError: when there is no such file, saying how to make one.
-    """
-    if teacher == DISTILL_FLOAT_TWIN:
-        path = Path(run_dir) / "float" / "model.keras"
-        if not path.is_file():
-            raise TrainingError(
-                f"training.distill.teacher is float_twin but {path} does not exist; train the "
-                "float twin first (bnn compare does; or bnn train --precision float with the "
-                "same --output-dir), or set training.distill.teacher to a run directory")
-        return path
-    path = Path(teacher).expanduser()
-    if path.is_dir():
-        path = path / "float" / "model.keras"
-    if not path.is_file():
-        raise TrainingError(
-            f"training.distill.teacher: {path} does not exist; give a run directory with a "
-            "trained float twin (float/model.keras) or a .keras file")
-    return path
 
 
 def load_teacher(teacher: str, run_dir: Path, input_shape: tuple[int, ...],

@@ -92,6 +92,22 @@ def test_config_mistakes_are_reported_before_tensorflow_is_imported(tmp_path):
         False, 2)
 
 
+@pytest.mark.parametrize("args", [
+    ["train", "--precision", "binary", "--set", "training.distill.teacher=nowhere"],
+    ["train", "--precision", "binary", "--set", "training.distill.teacher=float_twin"],
+    ["compare", "--ablate", "distill", "--set", "training.distill=null"]],
+    ids=["missing teacher", "float twin not trained", "ablation without distillation"])
+def test_distillation_mistakes_are_one_line_before_tensorflow_and_write_nothing(args, tmp_path):
+    run = tmp_path / "run"
+    config = ROOT / "experiments" / "cifar10_cpu_hour.yaml"
+    result = bnn(args[0], config, *args[1:], "--output-dir", run, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("bnn: error: ") and result.stderr.count("\n") == 1, \
+        result.stderr
+    assert "distill" in result.stderr and not run.exists()
+    assert imports_tensorflow(args[0], config, *args[1:], "--output-dir", run) == (False, 2)
+
+
 def test_tensorflow_start_up_lines_are_silenced_unless_verbose():
     config = ROOT / "experiments" / "mnist_mlp_quick.yaml"
     quiet = bnn("summary", config)
