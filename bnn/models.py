@@ -35,6 +35,28 @@ def _norm(bn: dict, name: str, scale: bool = True):
     return BatchNormalization(**bn, scale=scale, name=name)
 
 
+def _stem(input_shape: Sequence[int], width: int, bn: dict):
+    """``(inputs, x)``: the input and a real-valued 3x3 convolution with batch norm."""
+    inputs = keras.Input(tuple(input_shape))
+    x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False, name="stem")(inputs)
+    return inputs, _norm(bn, "stem_bn")(x)
+
+
+def _blocks(stages: Sequence[int], blocks_per_stage: int):
+    """``(name, width, stride)`` of each residual block: ``s<stage>b<block>``, stride 2 in the
+    first block of every stage after the first."""
+    for s, width in enumerate(stages):
+        for b in range(blocks_per_stage):
+            yield f"s{s}b{b}", width, 2 if (b == 0 and s > 0) else 1
+
+
+def _pooled_classifier(inputs, x, num_classes: int, name: str) -> keras.Model:
+    """Global average pooling and a real dense layer to ``num_classes`` logits."""
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
 def _activation(precision: str, float_activation: str, name: str) -> list:
     """Nothing for the binary model (the next layer's input quantizer binarizes), a real
     activation for the float twin."""
@@ -147,28 +169,22 @@ def binary_resnet(
     1x1 convolution) and the classifier stay real-valued, as in Bi-Real Net."""
     _check_precision(precision)
     bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
-    inputs = keras.Input(tuple(input_shape))
-    x = keras.layers.Conv2D(stages[0], 3, padding="same", use_bias=False, name="stem")(inputs)
-    x = _norm(bn, "stem_bn")(x)
-    for s, width in enumerate(stages):
-        for b in range(blocks_per_stage):
-            stride = 2 if (b == 0 and s > 0) else 1
-            shortcut = x
-            if stride != 1 or shortcut.shape[-1] != width:
-                shortcut = keras.layers.AveragePooling2D(stride, name=f"s{s}b{b}_pool")(shortcut)
-                shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
-                                               name=f"s{s}b{b}_proj")(shortcut)
-                shortcut = _norm(bn, f"s{s}b{b}_proj_bn")(shortcut)
-            y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
-                             input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
-                             precision=precision, name=f"s{s}b{b}_conv")(x)
-            y = _norm(bn, f"s{s}b{b}_bn")(y)
-            for layer in _activation(precision, float_activation, f"s{s}b{b}_act"):
-                y = layer(y)
-            x = keras.layers.Add(name=f"s{s}b{b}_add")([shortcut, y])
-    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
-    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
-    return keras.Model(inputs, outputs, name=name or f"binary_resnet_{precision}")
+    inputs, x = _stem(input_shape, stages[0], bn)
+    for block, width, stride in _blocks(stages, blocks_per_stage):
+        shortcut = x
+        if stride != 1 or shortcut.shape[-1] != width:
+            shortcut = keras.layers.AveragePooling2D(stride, name=f"{block}_pool")(shortcut)
+            shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
+                                           name=f"{block}_proj")(shortcut)
+            shortcut = _norm(bn, f"{block}_proj_bn")(shortcut)
+        y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
+                         input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
+                         precision=precision, name=f"{block}_conv")(x)
+        y = _norm(bn, f"{block}_bn")(y)
+        for layer in _activation(precision, float_activation, f"{block}_act"):
+            y = layer(y)
+        x = keras.layers.Add(name=f"{block}_add")([shortcut, y])
+    return _pooled_classifier(inputs, x, num_classes, name or f"binary_resnet_{precision}")
 
 
 def reactnet_resnet(
@@ -209,38 +225,31 @@ def reactnet_resnet(
     """
     _check_precision(precision)
     bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
-    inputs = keras.Input(tuple(input_shape))
-    x = keras.layers.Conv2D(stages[0], 3, padding="same", use_bias=False, name="stem")(inputs)
-    x = _norm(bn, "stem_bn")(x)
-    for s, width in enumerate(stages):
-        for b in range(blocks_per_stage):
-            block = f"s{s}b{b}"
-            stride = 2 if (b == 0 and s > 0) else 1
-            shortcut = x
-            if stride != 1:
-                shortcut = keras.layers.AveragePooling2D(stride, name=f"{block}_pool")(shortcut)
-            if shortcut.shape[-1] != width:
-                shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
-                                               name=f"{block}_proj")(shortcut)
-                shortcut = _norm(bn, f"{block}_proj_bn")(shortcut)
-            if learnable_threshold:  # the float twin's activation fused with the shift
-                y = RSign(None, precision=precision, float_activation=float_activation,
-                          name=f"{block}_rsign")(x)
-            else:
-                y = x
-                for layer in _activation(precision, float_activation, f"{block}_act"):
-                    y = layer(y)
-            y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
-                             input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
-                             precision=precision, name=f"{block}_conv")(y)
-            y = _norm(bn, f"{block}_bn")(y)
-            if rprelu:  # RPReLU(shortcut + y), the addition fused into its pass
-                x = RPReLU(name=f"{block}_rprelu")([shortcut, y])
-            else:
-                x = keras.layers.Add(name=f"{block}_add")([shortcut, y])
-    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
-    outputs = keras.layers.Dense(num_classes, name="classifier")(x)
-    return keras.Model(inputs, outputs, name=name or f"reactnet_resnet_{precision}")
+    inputs, x = _stem(input_shape, stages[0], bn)
+    for block, width, stride in _blocks(stages, blocks_per_stage):
+        shortcut = x
+        if stride != 1:
+            shortcut = keras.layers.AveragePooling2D(stride, name=f"{block}_pool")(shortcut)
+        if shortcut.shape[-1] != width:
+            shortcut = keras.layers.Conv2D(width, 1, use_bias=False,
+                                           name=f"{block}_proj")(shortcut)
+            shortcut = _norm(bn, f"{block}_proj_bn")(shortcut)
+        if learnable_threshold:  # the float twin's activation fused with the shift
+            y = RSign(None, precision=precision, float_activation=float_activation,
+                      name=f"{block}_rsign")(x)
+        else:
+            y = x
+            for layer in _activation(precision, float_activation, f"{block}_act"):
+                y = layer(y)
+        y = BinaryConv2D(width, 3, strides=stride, padding="same", pad_values=1.0,
+                         input_quantizer=input_quantizer, kernel_quantizer=kernel_quantizer,
+                         precision=precision, name=f"{block}_conv")(y)
+        y = _norm(bn, f"{block}_bn")(y)
+        if rprelu:  # RPReLU(shortcut + y), the addition fused into its pass
+            x = RPReLU(name=f"{block}_rprelu")([shortcut, y])
+        else:
+            x = keras.layers.Add(name=f"{block}_add")([shortcut, y])
+    return _pooled_classifier(inputs, x, num_classes, name or f"reactnet_resnet_{precision}")
 
 
 def _is_softmax(activation: Any) -> bool:

@@ -96,6 +96,19 @@ class _LarqLayer:
         self._flip_ratio_kernels = tuple(tracked)
         self._flip_ratios = metrics
 
+    #: Whether the bnn layer's ``call`` takes ``training`` (BinaryDense does).
+    _call_takes_training = False
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._build_larq()
+
+    def call(self, inputs, training=None):
+        self._update_flip_ratios(training)
+        if self._call_takes_training:
+            return super().call(inputs, training=training)
+        return super().call(inputs)
+
     def _update_flip_ratios(self, training) -> None:
         if training:
             for (kernel_attr, quantizer_attr), metric in zip(self._flip_ratio_kernels,
@@ -119,6 +132,8 @@ class QuantDense(_LarqLayer, bl.BinaryDense):
     training metrics of the kernel quantizer) and bnn's keyword arguments.
     """
 
+    _call_takes_training = True
+
     def __init__(self, units: int, activation: Any = None, use_bias: bool = True,
                  input_quantizer: Any = None, kernel_quantizer: Any = None,
                  kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
@@ -135,14 +150,6 @@ class QuantDense(_LarqLayer, bl.BinaryDense):
             kernel_constraint=constraints.get(kernel_constraint),
             bias_constraint=constraints.get(bias_constraint), **_larq_arguments(kwargs))
         self._init_larq(metrics)
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        self._build_larq()
-
-    def call(self, inputs, training=None):
-        self._update_flip_ratios(training)
-        return super().call(inputs, training=training)
 
 
 @saves_as(bl.BinaryConv2D)
@@ -170,14 +177,6 @@ class QuantConv2D(_LarqLayer, bl.BinaryConv2D):
             kernel_constraint=constraints.get(kernel_constraint),
             bias_constraint=constraints.get(bias_constraint), **_larq_arguments(kwargs))
         self._init_larq(metrics)
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        self._build_larq()
-
-    def call(self, inputs, training=None):
-        self._update_flip_ratios(training)
-        return super().call(inputs)
 
 
 @saves_as(bl.BinaryDepthwiseConv2D)
@@ -208,14 +207,6 @@ class QuantDepthwiseConv2D(_LarqLayer, bl.BinaryDepthwiseConv2D):
             depthwise_constraint=constraints.get(depthwise_constraint),
             bias_constraint=constraints.get(bias_constraint), **_larq_arguments(kwargs))
         self._init_larq(metrics)
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        self._build_larq()
-
-    def call(self, inputs, training=None):
-        self._update_flip_ratios(training)
-        return super().call(inputs)
 
 
 @saves_as(bl.BinarySeparableConv2D)
@@ -253,11 +244,3 @@ class QuantSeparableConv2D(_LarqLayer, bl.BinarySeparableConv2D):
             pointwise_constraint=constraints.get(pointwise_constraint),
             bias_constraint=constraints.get(bias_constraint), **_larq_arguments(kwargs))
         self._init_larq(metrics)
-
-    def build(self, input_shape):
-        super().build(input_shape)
-        self._build_larq()
-
-    def call(self, inputs, training=None):
-        self._update_flip_ratios(training)
-        return super().call(inputs)
