@@ -14,13 +14,15 @@ import io
 import math
 from typing import Any, Sequence
 
-__all__ = ["available", "INSTALL_HINT", "comparison_figure", "render"]
+__all__ = ["available", "INSTALL_HINT", "TWINS", "comparison_figure", "render"]
 
 INSTALL_HINT = "pip install 'bnn[report]'"
 
 # One colour per twin, the same in every panel (matplotlib's tab10 blue, green and orange), in
 # the report's column order; ``binary_no_distill`` is ``bnn compare --ablate distill``'s twin.
 _COLOURS = {"binary": "#1f77b4", "binary_no_distill": "#2ca02c", "float": "#ff7f0e"}
+#: The twins a report may hold, in column order.
+TWINS = tuple(_COLOURS)
 
 
 def available() -> bool:
@@ -50,7 +52,7 @@ def comparison_figure(report: dict[str, Any]):
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    twins = [t for t in _COLOURS if t in report]
+    twins = [t for t in TWINS if t in report]
     histories = report.get("history", {})
     fig = Figure(figsize=(12.0, 3.6), layout="constrained")
     acc_ax, loss_ax, step_ax = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.0, 1.0, 0.55]})

@@ -42,7 +42,7 @@ def build_report(twins: dict[str, dict[str, Any]], meta: dict[str, Any] | None =
 
 #: Report columns, in order: ``binary_no_distill`` is the binary twin trained without
 #: distillation (``bnn compare --ablate distill``).
-_TWINS = ("binary", "binary_no_distill", "float")
+_TWINS = figures.TWINS
 
 
 def _fmt(value: Any, kind: str) -> str:
