@@ -34,15 +34,17 @@ from bnn.packing import PackedModel, fold_sign_threshold, pack_bits
 __all__ = ["ExportError", "FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "export_model",
            "load_packed", "load_any", "predict", "evaluate"]
 
-FORMAT_VERSION = 2
-#: Versions this bnn reads: version 1 files are version 2 files without an input encoding.
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Versions this bnn reads: version 1 files are version 2 files without an input encoding, and
+#: version 2 files are version 3 files without a real-valued first layer.
+READABLE_VERSIONS = (1, 2, 3)
 MAGIC = b"BNNPACK\x00"
 _HEADER = struct.Struct("<8sIQ")
 _DIGEST = 32
 _DTYPES = ("int64", "int32", "float32")
 _SUPPORTED = ("BinaryDense, BinaryConv2D (precision='binary', kernel_quantizer='ste_sign', "
-              "input_quantizer='ste_sign', or None on the first layer), MaxPooling2D, "
+              "input_quantizer='ste_sign'; on the first layer input_quantizer=None, and "
+              "kernel_quantizer=None too for a real-valued first layer), MaxPooling2D, "
               "BatchNormalization, Flatten, Dropout, a final softmax Activation")
 
 
@@ -58,7 +60,10 @@ def _check_binary_layer(layer, first: bool, where: str) -> bool:
     if layer.precision != "binary":
         raise _fail(name, "has precision='float' (a float twin)",
                     "export the binary model (RUN_DIR/binary/model.keras)")
-    if not isinstance(layer.kernel_quantizer, quantizers.SteSign):
+    binarized = isinstance(layer.input_quantizer, quantizers.SteSign)
+    if layer.kernel_quantizer is None and first and not binarized:
+        pass  # a real-valued first layer: its float32 kernel is stored as is
+    elif not isinstance(layer.kernel_quantizer, quantizers.SteSign):
         raise _fail(name, f"kernel_quantizer {layer.kernel_quantizer!r} is not supported",
                     f"supported: {_SUPPORTED}")
     if layer.scale_kernel:
@@ -66,7 +71,6 @@ def _check_binary_layer(layer, first: bool, where: str) -> bool:
     if layer.get_config().get("activation") not in (None, "linear"):
         raise _fail(name, f"has activation {layer.get_config()['activation']!r}",
                     "binary layers must be linear (batch norm and sign follow)")
-    binarized = isinstance(layer.input_quantizer, quantizers.SteSign)
     if not binarized and not (first and layer.input_quantizer is None):
         raise _fail(name, f"input_quantizer {layer.input_quantizer!r} is not supported here",
                     f"supported: {_SUPPORTED}")
@@ -180,12 +184,20 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
             raise _fail(f"{where}: layer {layer.name!r}",
                         f"{type(layer).__name__} is not supported", f"supported: {_SUPPORTED}")
         binarized = _check_binary_layer(layer, not stages, where)
-        kernel = np.asarray(layer.binary_kernel().numpy(), np.float32)
+        real_kernel = layer.kernel_quantizer is None
+        kernel = np.asarray((layer.kernel if real_kernel else layer.binary_kernel()).numpy(),
+                            np.float32)
         units = int(kernel.shape[-1])
         spec: dict[str, Any] = {"layer": layer.name, "input": "packed" if packed else "real",
                                 "input_shape": list(shape), "units": units, "pool": None}
+        if real_kernel:
+            spec["real_kernel"] = True
         encoding = None
         if input_encoding is not None and not stages:
+            if real_kernel:
+                raise _fail(f"{where}: input_encoding", f"first layer {layer.name!r} has a "
+                            "real-valued kernel, so its products are not integers",
+                            "export without input_encoding")
             encoding = model_encoding = _check_encoding(input_encoding, layer, binarized, where)
             spec["input"] = "uint8"
             signs = kernel.reshape(-1, units)
@@ -197,7 +209,9 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
                             "put a Flatten layer before it")
             spec["op"] = "dense"
             fan_in = int(np.prod(shape))
-            if packed:  # pack along the channel axis of the flattened (..., C) input
+            if real_kernel:
+                pass
+            elif packed:  # pack along the channel axis of the flattened (..., C) input
                 kernel = pack_bits(kernel.reshape(-1, shape[-1], units), axis=1).reshape(-1, units)
             else:
                 kernel = pack_bits(kernel, axis=0)
@@ -209,7 +223,8 @@ def _model_stages(model: keras.Model, where: str, input_encoding=None):
                         strides=list(layer.strides), padding=layer.padding,
                         pad_value=layer.pad_values)
             fan_in = int(np.prod(kernel.shape[:3]))
-            kernel = pack_bits(kernel, axis=2)
+            if not real_kernel:
+                kernel = pack_bits(kernel, axis=2)
             if packed:
                 kernel = kernel.reshape(-1, units)
         stage_arrays = {"kernel": kernel}

@@ -120,6 +120,7 @@ def vgg_small(
     epsilon: float = 1e-4,
     float_activation: str = "relu",
     synchronized_bn: bool = False,
+    real_first_layer: bool = False,
     name: str | None = None,
 ) -> keras.Model:
     """BinaryNet VGG-small for CIFAR-10:
@@ -127,16 +128,19 @@ def vgg_small(
     every layer (after the pooling where there is one), real-valued input to the first layer.
 
     Binary convolutions pad with +1 (``pad_values=1``) so every operand is ±1 and the model
-    exports to pure xor-popcount.
+    exports to pure xor-popcount. ``real_first_layer=True`` keeps the first convolution's kernel
+    real-valued (as XNOR-Net, Bi-Real Net and ReActNet do): it holds a tiny share of the
+    parameters and products (3 input channels) and is the layer that binarizing hurts most.
     """
     _check_precision(precision)
     bn = dict(momentum=momentum, epsilon=epsilon, synchronized=synchronized_bn)
     q = dict(kernel_quantizer=kernel_quantizer, precision=precision)
+    first = dict(q, kernel_quantizer=None, kernel_constraint=None) if real_first_layer else q
     layers: list = [keras.Input(tuple(input_shape))]
     for i, f in enumerate(filters):
         layers.append(BinaryConv2D(f, 3, padding="same", pad_values=1.0,
                                    input_quantizer=None if i == 0 else input_quantizer,
-                                   name=f"conv{i}", **q))
+                                   name=f"conv{i}", **(first if i == 0 else q)))
         if i % 2 == 1:
             layers.append(MaxPooling2D(2, name=f"pool{i}"))
         layers += [_norm(bn, f"bn_conv{i}"),

@@ -138,6 +138,8 @@ class _Stage(tf.Module):
 
         if self.packed_in:
             self.kernel = const("kernel", tf.int64)
+        elif spec.get("real_kernel"):  # a real-valued first layer: its float32 kernel as is
+            self.kernel = const("kernel", tf.float32)
         else:  # real inputs: the ±1 kernel, stored packed along its input axis, as float32
             n = int(np.prod(self.in_shape)) if self.op == "dense" else self.in_shape[-1]
             axis = 0 if self.op == "dense" else 2

@@ -35,9 +35,9 @@ def _small(name):
     rng = np.random.default_rng(len(name))
     if name == "mlp":
         model = models.build("binarynet_mlp", hidden_units=(64, 64), input_shape=(28, 28, 1))
-    elif name == "vgg":
+    elif name in ("vgg", "vgg_real_first"):
         model = models.build("vgg_small", input_shape=(16, 16, 3), filters=(8, 8, 16, 16, 32, 32),
-                             dense_units=(64, 64))
+                             dense_units=(64, 64), real_first_layer=name == "vgg_real_first")
     else:  # Keras zero padding, strides, 'valid' padding, biases, >64 channels, input sign
         model = keras.Sequential([
             keras.Input((12, 12, 3)),
@@ -62,7 +62,7 @@ def _small(name):
     return _randomize_norms(model, rng)
 
 
-@pytest.fixture(scope="module", params=["mlp", "vgg", "zero_pad"])
+@pytest.fixture(scope="module", params=["mlp", "vgg", "vgg_real_first", "zero_pad"])
 def exported(request, tmp_path_factory):
     model = _small(request.param)
     path = tmp_path_factory.mktemp("export") / f"{request.param}.bnn"
@@ -275,6 +275,7 @@ def test_off_grid_inputs_of_an_encoded_model_raise(encoded):
 
 @pytest.mark.parametrize("build, encoding, message", [
     (lambda: _small("vgg"), MNIST_ENCODING, "is not a BinaryDense with real inputs"),
+    (lambda: _small("vgg_real_first"), MNIST_ENCODING, "has a real-valued kernel"),
     (lambda: _small("mlp"), (0.0, 1.0), "scale 0.0 must be positive"),
     (lambda: _small("mlp"), "mnist", "is not a \\(scale, offset\\) pair"),
 ])
@@ -283,13 +284,15 @@ def test_bad_input_encodings_raise_export_error(tmp_path, build, encoding, messa
         export_model(build(), tmp_path / "x.bnn", input_encoding=encoding)
 
 
-def test_version_1_files_still_load(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_version_files_still_load(tmp_path, version):
+    """Files without the later versions' features are laid out as version 1 and 2 wrote them."""
     import hashlib
     model = _small("mlp")
-    export_model(model, tmp_path / "v2.bnn")
-    data = bytearray((tmp_path / "v2.bnn").read_bytes()[:-32])
-    struct.pack_into("<I", data, 8, 1)
-    old = tmp_path / "v1.bnn"
+    export_model(model, tmp_path / "new.bnn")
+    data = bytearray((tmp_path / "new.bnn").read_bytes()[:-32])
+    struct.pack_into("<I", data, 8, version)
+    old = tmp_path / f"v{version}.bnn"
     old.write_bytes(bytes(data) + hashlib.sha256(bytes(data)).digest())
     x = np.random.default_rng(5).uniform(-1, 1, (4, 28, 28, 1)).astype(np.float32)
     np.testing.assert_allclose(load_packed(old).predict(x), model(x, training=False).numpy(),

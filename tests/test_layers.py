@@ -83,6 +83,22 @@ def test_float_twin_has_same_shapes_and_no_quantization():
         bnn.BinaryDense(4, precision="half")
 
 
+def test_vgg_small_real_first_layer_keeps_only_the_first_kernel_real():
+    x = np.random.default_rng(6).normal(size=(2, 8, 8, 3)).astype("float32")
+    model = bnn.models.vgg_small(input_shape=(8, 8, 3), filters=(4, 4, 8, 8, 8, 8),
+                                 dense_units=(16,), real_first_layer=True)
+    first, second = model.get_layer("conv0"), model.get_layer("conv1")
+    assert first.kernel_quantizer is None and first.kernel_constraint is None
+    assert isinstance(second.kernel_quantizer, bnn.quantizers.SteSign)
+    first.kernel.assign(3.0 * first.kernel)  # beyond ±1: neither clipped nor binarized
+    padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=1.0)
+    np.testing.assert_allclose(first(x).numpy(), np_conv2d_valid(padded, first.kernel.numpy()),
+                               rtol=1e-4, atol=1e-4)
+    twin = bnn.models.vgg_small("float", input_shape=(8, 8, 3), filters=(4, 4, 8, 8, 8, 8),
+                                dense_units=(16,), real_first_layer=True)
+    assert twin.count_params() == model.count_params()
+
+
 def test_scale_kernel_multiplies_by_mean_abs_per_output_channel():
     layer = bnn.BinaryDense(3, scale_kernel=True, input_quantizer=None)
     eye = np.eye(5, dtype="float32")
