@@ -30,6 +30,7 @@ def test_recipes_distill_from_the_float_twin_in_bfloat16_with_test_time_flips():
         assert config.name == name and config.model.name == "vgg_small"
         assert config.training.distill.teacher == "float_twin"
         assert config.training.mixed_precision == "bfloat16" and config.training.test_time_flip
+        assert config.model.options["real_first_layer"] is True
     speedrun = load_config(RECIPES / "cifar10_speedrun.yaml")
     assert speedrun.dataset.on_device and speedrun.training.xla
 
