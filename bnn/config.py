@@ -292,6 +292,7 @@ class TrainingConfig:
     histogram_freq: int = _f(1, _as_int(0))
     distill: DistillConfig | None = _f(None, _distill)
     test_time_flip: bool = _f(False, _as_bool)
+    test_time_translate: int = _f(0, _as_int(0))
     test_every: int = _f(1, _as_int(0))
 
 

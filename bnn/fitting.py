@@ -27,6 +27,15 @@ class _Untracked:
         self.value = value
 
 
+def _shifted(images: tf.Tensor, d: int) -> tf.Tensor:
+    """``images`` (N, H, W, C) moved by ``d`` pixels down and right (up and left for ``d < 0``),
+    the vacated rows and columns filled by reflecting the image at its border."""
+    t = abs(d)
+    padded = tf.pad(images, [[0, 0], [t, t], [t, t], [0, 0]], mode="REFLECT")
+    start = t - d
+    return padded[:, start:start + tf.shape(images)[1], start:start + tf.shape(images)[2]]
+
+
 class FitModel(keras.Model):
     """``student`` trained with optional distillation, device-side batches and test-time flips.
 
@@ -42,12 +51,16 @@ class FitModel(keras.Model):
             with ``on_device=True``).
         test_time_flip: outside training, the logits are the mean of the student's logits for
             each image and for its left-right mirror image.
+        test_time_translate: outside training, with ``t > 0`` pixels, each of those views is also
+            seen shifted by ``(-t, -t)`` and ``(+t, +t)`` (rows, columns; the vacated border
+            filled by reflection), and the logits are the mean over all views (3 per image, 6 with
+            flips), the test-time augmentation of airbench.
     """
 
     def __init__(self, student: keras.Model, teacher: keras.Model | None = None,
                  temperature: float = 1.0, weight: float = 1.0,
                  prepare: Callable[[Any], tuple[tf.Tensor, tf.Tensor]] | None = None,
-                 test_time_flip: bool = False, **kwargs):
+                 test_time_flip: bool = False, test_time_translate: int = 0, **kwargs):
         super().__init__(name=kwargs.pop("name", f"fit_{student.name}"), **kwargs)
         self.student = student
         self._teacher = _Untracked(teacher)
@@ -55,6 +68,7 @@ class FitModel(keras.Model):
         self.weight = float(weight)
         self._prepare = _Untracked(prepare)
         self.test_time_flip = bool(test_time_flip)
+        self.test_time_translate = int(test_time_translate)
         self.built = True
 
     @property
@@ -62,11 +76,13 @@ class FitModel(keras.Model):
         return self._teacher.value
 
     def call(self, inputs, training=None):
-        logits = self.student(inputs, training=training)
-        if training or not self.test_time_flip:
-            return logits
-        mirrored = self.student(tf.reverse(inputs, axis=[2]), training=training)
-        return (logits + mirrored) / 2
+        if training or not (self.test_time_flip or self.test_time_translate):
+            return self.student(inputs, training=training)
+        views = [inputs, tf.reverse(inputs, axis=[2])] if self.test_time_flip else [inputs]
+        t = self.test_time_translate
+        if t:
+            views += [_shifted(view, d) for view in list(views) for d in (-t, t)]
+        return tf.add_n([self.student(v, training=False) for v in views]) / len(views)
 
     def train_step(self, data):
         if self._prepare.value is not None:

@@ -220,11 +220,17 @@ class _Twin:
 
     def _fit_model(self, data: data_lib.Datasets) -> keras.Model:
         """The student itself, or a :class:`FitModel` around it for distillation (binary twins),
-        device-side batches or test-time flips, compiled with the student's optimizer."""
+        device-side batches or test-time augmentation, compiled with the student's optimizer."""
         t = self.config.training
         distill = t.distill if self.precision == "binary" else None
-        if distill is None and data.prepare is None and not t.test_time_flip:
+        if (distill is None and data.prepare is None and not t.test_time_flip
+                and not t.test_time_translate):
             return self.model
+        shape = tuple(data.input_shape)
+        if t.test_time_translate and (len(shape) != 3 or t.test_time_translate >= min(shape[:2])):
+            raise TrainingError(f"training.test_time_translate={t.test_time_translate} needs "
+                                f"images larger than that, but the inputs have shape {shape}; "
+                                "set it to 0 or a few pixels")
         if data.prepare is not None and t.distribute != "none":
             raise TrainingError("dataset.on_device trains on one device; set "
                                 "training.distribute=none or dataset.on_device=false")
@@ -233,7 +239,8 @@ class _Twin:
         fit = FitModel(self.model, teacher,
                        temperature=distill.temperature if distill else 1.0,
                        weight=distill.weight if distill else 0.0,
-                       prepare=data.prepare, test_time_flip=t.test_time_flip)
+                       prepare=data.prepare, test_time_flip=t.test_time_flip,
+                       test_time_translate=t.test_time_translate)
         fit.compile(optimizer=self.model.optimizer, loss=self.model.loss,
                     metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
                     jit_compile=t.xla)

@@ -102,6 +102,29 @@ def test_test_time_flip_averages_the_logits_of_each_image_and_its_mirror():
     np.testing.assert_allclose(fit(x, training=True).numpy(), student(x).numpy(), rtol=1e-6)
 
 
+def _reflect_shift(x, d):
+    """numpy: (N, H, W, C) images moved d pixels down-right, the border reflected."""
+    t = abs(d)
+    padded = np.pad(x, ((0, 0), (t, t), (t, t), (0, 0)), mode="reflect")
+    return padded[:, t - d:t - d + x.shape[1], t - d:t - d + x.shape[2]]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_test_time_translate_averages_shifted_views(flip):
+    student = keras.Sequential([keras.Input((5, 6, 2)), keras.layers.Flatten(),
+                                keras.layers.Dense(3)])
+    fit = FitModel(student, test_time_flip=flip, test_time_translate=2)
+    x = np.random.default_rng(7).normal(size=(3, 5, 6, 2)).astype("float32")
+    views = [x, x[:, :, ::-1]] if flip else [x]
+    views += [_reflect_shift(v, d) for v in list(views) for d in (-2, 2)]
+    assert len(views) == (6 if flip else 3)
+    np.testing.assert_array_equal(_reflect_shift(x, 2)[:, 2:, 2:], x[:, :-2, :-2])
+    np.testing.assert_array_equal(_reflect_shift(x, -2)[:, 1, 3], x[:, 3, 5])
+    expected = np.mean([student(v).numpy() for v in views], axis=0)
+    np.testing.assert_allclose(fit(x, training=False).numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fit(x, training=True).numpy(), student(x).numpy(), rtol=1e-6)
+
+
 def test_train_step_makes_each_batch_with_prepare():
     images = np.random.default_rng(6).normal(size=(10, 6)).astype("float32")
     labels = np.arange(10) % 4
@@ -159,6 +182,7 @@ def test_distill_keys_validate_round_trip_and_take_overrides():
     ({"dataset": {"cutout": -1}}, [], ["dataset.cutout", ">= 0"]),
     ({"dataset": {"on_device": "yes"}}, [], ["dataset.on_device", "true or false"]),
     ({"training": {"test_time_flip": 1}}, [], ["training.test_time_flip"]),
+    ({"training": {"test_time_translate": -1}}, [], ["training.test_time_translate", ">= 0"]),
 ])
 def test_bad_distill_and_pipeline_keys_are_one_line_errors(data, overrides, fragments):
     with pytest.raises(ConfigError) as info:

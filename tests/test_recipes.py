@@ -24,12 +24,13 @@ def overrides(*extra):
     return [arg for assignment in (*SMALL, *extra) for arg in ("--set", assignment)]
 
 
-def test_recipes_distill_from_the_float_twin_in_bfloat16_with_test_time_flips():
+def test_recipes_distill_from_the_float_twin_in_bfloat16_with_test_time_augmentation():
     for name in ("cifar10_cpu_hour", "cifar10_speedrun"):
         config = load_config(RECIPES / f"{name}.yaml")
         assert config.name == name and config.model.name == "vgg_small"
         assert config.training.distill.teacher == "float_twin"
         assert config.training.mixed_precision == "bfloat16" and config.training.test_time_flip
+        assert config.training.test_time_translate == 1
         assert config.model.options["real_first_layer"] is True
     speedrun = load_config(RECIPES / "cifar10_speedrun.yaml")
     assert speedrun.dataset.on_device and speedrun.training.xla
