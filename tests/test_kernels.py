@@ -100,10 +100,11 @@ def test_kernels_equal_numpy_at_layer_sizes(variant, batch, n, units):
 @pytest.mark.parametrize("variant", _variants())
 @settings(max_examples=30, deadline=None)
 @given(batch=st.integers(0, 20), n=st.integers(1, 300), units=st.integers(1, 150),
-       seed=st.integers(0, 2**16))
-def test_pixel_table_kernel_equals_numpy_integer_products(variant, batch, n, units, seed):
+       seed=st.integers(0, 2**16), zeros=st.sampled_from([0.0, 0.5, 0.9, 1.0]))
+def test_pixel_table_kernel_equals_numpy_integer_products(variant, batch, n, units, seed, zeros):
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (batch, n)).astype(np.uint8)
+    pixels[rng.random((batch, n)) < zeros] = 0  # the kernel skips groups of 4 zero pixels
     w = _signs(rng, (n, units))
     z = pixels.astype(np.int64) @ w.astype(np.int64)
     threshold, flip = _thresholds(rng, units, 255 * n // 8)
@@ -134,6 +135,28 @@ def test_pixel_table_kernel_is_exact_at_the_extremes(variant, n):
     threshold[:2] = z[0, :2]  # the extreme products sit exactly on their thresholds
     np.testing.assert_array_equal(
         kernels.pixel_table_sign(pixels, kernels.table_kernel(pack_bits(w, axis=0), n),
+                                 threshold, _flip_words(flip), variant=variant).numpy(),
+        _expected_words(z, threshold, flip))
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+def test_pixel_table_kernel_skips_zero_groups_exactly(variant):
+    """MNIST-like images: a zero border, zero runs inside, every example a different pattern."""
+    rng = np.random.default_rng(7)
+    images = rng.integers(1, 256, (6, 28, 28)).astype(np.uint8)
+    images[:, :4], images[:, -4:], images[:, :, :5], images[:, :, -3:] = 0, 0, 0, 0
+    images[1, 10:12] = 0
+    images[2] = 0
+    images[3, :, 4:8] = 0
+    images[4, 4:24, 5:25] = np.where(rng.random((20, 20)) < 0.7, 0, images[4, 4:24, 5:25])
+    pixels = images.reshape(6, 784)
+    w = _signs(rng, (784, 130))
+    z = pixels.astype(np.int64) @ w.astype(np.int64)
+    threshold, flip = _thresholds(rng, 130, 255 * 784 // 8)
+    threshold[:5] = z[0, :5]  # some products sit exactly on their thresholds
+    np.testing.assert_array_equal(
+        kernels.pixel_table_sign(pixels, kernels.table_kernel(pack_bits(w, axis=0), 784),
                                  threshold, _flip_words(flip), variant=variant).numpy(),
         _expected_words(z, threshold, flip))
 
