@@ -447,53 +447,76 @@ BNN_TARGET_AVX2 void BuildTablesAvx2(const uint8_t* pixels, int64_t groups, uint
 // in 16 bits, then widened into int32 sums.
 constexpr int64_t kTableRounds16 = 8;  // rounds of 4 groups whose 16-bit sums stay below 2^15
 
-// kEvery: every group is live (live[i] == i), so no index is read.
-template <bool kEvery>
-BNN_TARGET_AVX2 void TableSumsAvx2(const uint8_t* tables, const int32_t* live, int64_t count,
-                                   const uint8_t* w, int64_t groups, int64_t u0, int64_t width,
+// J blocks of 32 units (units 32 j.. of sums) in one pass over the groups, so each group's tables
+// are loaded once for J lookups. kEvery: every group is live (live[i] == i), no index is read.
+template <bool kEvery, int J>
+BNN_TARGET_AVX2 void TableSumsTile(const uint8_t* tables, const int32_t* live, int64_t count,
+                                   const uint8_t* w, int64_t groups, int64_t block,
                                    int32_t* sums) {
   const __m256i zero = _mm256_setzero_si256();
   const __m256i weights = _mm256_set1_epi16(16 << 8 | 1);  // bytes (low, high) -> low + 16 high
-  for (int64_t c = 0; c < width; c += 32) {  // u0 is a multiple of 64: whole blocks (pad units)
-    const uint8_t* column = w + (u0 + c) / 32 * groups * 32;
-    __m256i total[4] = {zero, zero, zero, zero};
-    for (int64_t g0 = 0; g0 < count; g0 += 4 * kTableRounds16) {
-      const int64_t g1 = std::min(count, g0 + 4 * kTableRounds16);
-      __m256i sum16[2] = {zero, zero};
-      for (int64_t g = g0; g < g1; g += 4) {
-        __m256i low8 = zero, high8 = zero;
-        const int64_t here = std::min<int64_t>(4, g1 - g);
-        BNN_UNROLL for (int64_t q = 0; q < 4; ++q) {
-          if (q >= here) break;
-          const uint8_t* table = tables + (g + q) * 32;
-          const __m256i index =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column + (kEvery ? g + q : live[g + q]) * 32));
-          low8 = _mm256_add_epi8(low8, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(table))), index));
-          high8 = _mm256_add_epi8(high8, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16))), index));
+  const uint8_t* column = w + block * groups * 32;
+  __m256i total[J][4];
+  BNN_UNROLL for (int j = 0; j < J; ++j)
+    BNN_UNROLL for (int t = 0; t < 4; ++t) total[j][t] = zero;
+  for (int64_t g0 = 0; g0 < count; g0 += 4 * kTableRounds16) {
+    const int64_t g1 = std::min(count, g0 + 4 * kTableRounds16);
+    __m256i sum16[J][2];
+    BNN_UNROLL for (int j = 0; j < J; ++j) sum16[j][0] = sum16[j][1] = zero;
+    for (int64_t g = g0; g < g1; g += 4) {
+      __m256i low8[J], high8[J];
+      BNN_UNROLL for (int j = 0; j < J; ++j) low8[j] = high8[j] = zero;
+      const int64_t here = std::min<int64_t>(4, g1 - g);
+      BNN_UNROLL for (int64_t q = 0; q < 4; ++q) {
+        if (q >= here) break;
+        const uint8_t* table = tables + (g + q) * 32;
+        const __m256i low = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
+        const __m256i high = _mm256_broadcastsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(table + 16)));
+        const uint8_t* bytes = column + (kEvery ? g + q : live[g + q]) * 32;
+        BNN_UNROLL for (int j = 0; j < J; ++j) {
+          const __m256i index = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(bytes + j * groups * 32));
+          low8[j] = _mm256_add_epi8(low8[j], _mm256_shuffle_epi8(low, index));
+          high8[j] = _mm256_add_epi8(high8[j], _mm256_shuffle_epi8(high, index));
         }
-        sum16[0] = _mm256_add_epi16(
-            sum16[0], _mm256_maddubs_epi16(_mm256_unpacklo_epi8(low8, high8), weights));
-        sum16[1] = _mm256_add_epi16(
-            sum16[1], _mm256_maddubs_epi16(_mm256_unpackhi_epi8(low8, high8), weights));
       }
-      BNN_UNROLL for (int h = 0; h < 2; ++h) {
-        total[2 * h] = _mm256_add_epi32(total[2 * h], _mm256_unpacklo_epi16(sum16[h], zero));
-        total[2 * h + 1] =
-            _mm256_add_epi32(total[2 * h + 1], _mm256_unpackhi_epi16(sum16[h], zero));
+      BNN_UNROLL for (int j = 0; j < J; ++j) {
+        sum16[j][0] = _mm256_add_epi16(
+            sum16[j][0], _mm256_maddubs_epi16(_mm256_unpacklo_epi8(low8[j], high8[j]), weights));
+        sum16[j][1] = _mm256_add_epi16(
+            sum16[j][1], _mm256_maddubs_epi16(_mm256_unpackhi_epi8(low8[j], high8[j]), weights));
       }
     }
-    // total[2 * h + k], lane 4 * a + i (a: 128-bit lane, i < 4): unit 8 h + 16 a + 4 k + i
-    alignas(32) int32_t lanes[4][8];
+    BNN_UNROLL for (int j = 0; j < J; ++j)
+      BNN_UNROLL for (int h = 0; h < 2; ++h) {
+        total[j][2 * h] =
+            _mm256_add_epi32(total[j][2 * h], _mm256_unpacklo_epi16(sum16[j][h], zero));
+        total[j][2 * h + 1] =
+            _mm256_add_epi32(total[j][2 * h + 1], _mm256_unpackhi_epi16(sum16[j][h], zero));
+      }
+  }
+  // total[j][2 * h + k], lane 4 * a + i (a: 128-bit lane, i < 4): unit 32 j + 8 h + 16 a + 4 k + i
+  alignas(32) int32_t lanes[4][8];
+  BNN_UNROLL for (int j = 0; j < J; ++j) {
     for (int t = 0; t < 4; ++t)
-      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[t]), total[t]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes[t]), total[j][t]);
     for (int h = 0; h < 2; ++h)
       for (int k = 0; k < 2; ++k)
         for (int a = 0; a < 2; ++a)
           for (int i = 0; i < 4; ++i)
-            sums[c + 8 * h + 16 * a + 4 * k + i] = lanes[2 * h + k][4 * a + i];
+            sums[32 * j + 8 * h + 16 * a + 4 * k + i] = lanes[2 * h + k][4 * a + i];
   }
+}
+
+template <bool kEvery>
+BNN_TARGET_AVX2 void TableSumsAvx2(const uint8_t* tables, const int32_t* live, int64_t count,
+                                   const uint8_t* w, int64_t groups, int64_t u0, int64_t width,
+                                   int32_t* sums) {
+  if (width > 32)  // u0 is a multiple of 64: whole blocks (pad units)
+    return TableSumsTile<kEvery, 2>(tables, live, count, w, groups, u0 / 32, sums);
+  TableSumsTile<kEvery, 1>(tables, live, count, w, groups, u0 / 32, sums);
 }
 #endif
 
