@@ -429,10 +429,11 @@ class PackedModel(tf.Module):
 
     Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
     per layer. With native kernels, a model with an integer first stage and packed dense layers
-    (the MLP) runs batches under :data:`EAGER_BATCH` as a chain of eager native ops (bit-plane
-    first layer, xor-popcount layers, the logits' xor-popcount and affine map), with no graph
-    call at all; larger batches, and other models' batches of :data:`LARGE_BATCH` or more, run
-    one graph: the int8 first layer (when :func:`int8_matmul_available`), native packed dense
+    (the MLP) runs batches under :data:`EAGER_BATCH`, and every batch where the first layer
+    does not take the int8 product (:func:`int8_first_layer_preferred`), as a chain of eager
+    native ops (pixel-table first layer, xor-popcount layers, the logits' xor-popcount and
+    affine map), with no graph call at all; larger batches, and other models' batches of
+    :data:`LARGE_BATCH` or more, run one graph: the int8 first layer (when :func:`int8_matmul_available`), native packed dense
     layers spread over the intra-op threads (a dense logits stage with its affine map in
     float64, rounded once as XLA's fused multiply-add), and the other stages as XLA calls. Without
     native kernels, batches under :data:`LARGE_BATCH` run one XLA call (batch 1 with a static
@@ -488,6 +489,9 @@ class PackedModel(tf.Module):
         self._dispatch = _Dispatch(functions)
         self._ops = kernels.ops() if self.native else None
         self._chain = self._eager_chain() if self.native else None
+        # where the first layer stays on the pixel tables at every batch size, the eager chain
+        # beats the graph at large batches too (no graph call; the ops use every thread anyway)
+        self._int8_large = bool(self._int8 and int8_first_layer_preferred())
         self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=xla_entry,
                                  input_signature=[tf.TensorSpec([None, *self.input_shape])])
 
@@ -592,7 +596,7 @@ class PackedModel(tf.Module):
         x = tf.convert_to_tensor(x)
         if x.dtype != tf.uint8 or self.input_encoding is None:
             x = tf.cast(x, tf.float32)
-        if self._chain is not None and x.shape[0] < EAGER_BATCH:
+        if self._chain is not None and (x.shape[0] < EAGER_BATCH or not self._int8_large):
             return self._eager(x)
         return self._dispatch.get(x.shape[0], x.dtype.name)(x)
 

@@ -312,7 +312,14 @@ def test_native_and_xla_paths_give_identical_logits(fresh_state, tmp_path, encod
     x = (pixels * np.float32(1 / 127.5) - 1.0).astype(np.float32)
     np.testing.assert_array_equal(native(x).numpy(), xla(x).numpy())
     many = rng.integers(0, 256, (EAGER_BATCH + 6, 28, 28, 1)).astype(np.float32) / 127.5 - 1.0
-    np.testing.assert_array_equal(native(many).numpy(), xla(many).numpy())  # one native graph
+    eager_calls = []
+    eager = native._eager
+    native._eager = lambda v: eager_calls.append(len(v)) or eager(v)
+    # the eager chain, or one native graph where the first layer takes the int8 product
+    np.testing.assert_array_equal(native(many).numpy(), xla(many).numpy())
+    native._eager = eager
+    chain_for_many = native._chain is not None and not native._int8_large
+    assert eager_calls == ([len(many)] if chain_for_many else [])
     np.testing.assert_array_equal(native(x).numpy(), native.predict(x, batch_size=7))
     np.testing.assert_allclose(native(x).numpy(), model(x, training=False).numpy(),
                                rtol=1e-5, atol=1e-4)
