@@ -433,14 +433,15 @@ class PackedModel(tf.Module):
     does not take the int8 product (:func:`int8_first_layer_preferred`), as a chain of eager
     native ops (pixel-table first layer, xor-popcount layers, the logits' xor-popcount and
     affine map), with no graph call at all; larger batches, and other models' batches of
-    :data:`LARGE_BATCH` or more, run one graph: the int8 first layer (when :func:`int8_matmul_available`), native packed dense
-    layers spread over the intra-op threads (a dense logits stage with its affine map in
-    float64, rounded once as XLA's fused multiply-add), and the other stages as XLA calls. Without
-    native kernels, batches under :data:`LARGE_BATCH` run one XLA call (batch 1 with a static
-    shape, where an integer first stage uses bit planes), larger ones two independent halves,
-    each the int8 first layer and one XLA call for the rest, which TensorFlow can run on two
-    cores at once. All paths compute the same integers and round the float logits alike (XLA's
-    fused multiply-add), so they give identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
+    :data:`LARGE_BATCH` or more, run one graph: the int8 first layer (when
+    :func:`int8_matmul_available`), native packed dense layers spread over the intra-op threads
+    (a dense logits stage with its affine map in float64, rounded once as XLA's fused
+    multiply-add), and the other stages as XLA calls. Without native kernels, batches under
+    :data:`LARGE_BATCH` run one XLA call (batch 1 with a static shape, where an integer first
+    stage uses bit planes), larger ones two independent halves, each the int8 first layer and
+    one XLA call for the rest, which TensorFlow can run on two cores at once. All paths compute
+    the same integers and round the float logits alike (XLA's fused multiply-add), so they give
+    identical logits. :meth:`save_savedmodel` exports the pure-TensorFlow XLA path.
     """
 
     def __init__(self, stages: Sequence[dict[str, Any]],
@@ -476,6 +477,9 @@ class PackedModel(tf.Module):
             raise NativeKernelsUnavailable("native kernels cannot run this model: " + (
                 kernels.unavailable_reason() or "they run packed dense layers only"))
         self.native = bool(native)
+        # the int8 first layer for large batches; otherwise the MLP's first layer stays on the
+        # pixel tables and the eager chain beats a graph at every batch size
+        self._int8_large = bool(self.native and self._int8 and int8_first_layer_preferred())
         functions: dict[str, dict[str, Any]] = {"one": {}, "small": {}, "large": {}}
         xla_entry = not self._real_first
         for dtype in ([tf.uint8, tf.float32] if integer else [tf.float32]):
@@ -489,9 +493,6 @@ class PackedModel(tf.Module):
         self._dispatch = _Dispatch(functions)
         self._ops = kernels.ops() if self.native else None
         self._chain = self._eager_chain() if self.native else None
-        # where the first layer stays on the pixel tables at every batch size, the eager chain
-        # beats the graph at large batches too (no graph call; the ops use every thread anyway)
-        self._int8_large = bool(self._int8 and int8_first_layer_preferred())
         self.serve = tf.function(self._entry(in_dtype, "xla"), jit_compile=xla_entry,
                                  input_signature=[tf.TensorSpec([None, *self.input_shape])])
 
@@ -503,7 +504,7 @@ class PackedModel(tf.Module):
                "split": self._large_batch, "native": self._native}[mode]
 
         # the native pixel tables encode float inputs themselves, in the same float32 arithmetic
-        tables = mode == "native" and not (self._int8 and int8_first_layer_preferred())
+        tables = mode == "native" and not self._int8_large
 
         def entry(x):
             if x.dtype != in_dtype and not tables:
@@ -544,7 +545,7 @@ class PackedModel(tf.Module):
         """Packed dense stages and an integer first stage on the native kernels (that stage's
         products by oneDNN's int8 inner product where :func:`int8_first_layer_preferred`), each
         other stage as one XLA call; the kernels use all intra-op threads."""
-        if self._int8 and int8_first_layer_preferred():
+        if self._int8_large:
             x = self.stages[0].integer_product(x)
         for i, stage in enumerate(self.stages):
             if i == 0 and self._real_first:

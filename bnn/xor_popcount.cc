@@ -385,6 +385,21 @@ int64_t PackWord(Isa isa, const int32_t* values, const int32_t* threshold, int64
 // nothing, so each example keeps the tables of its other groups only (`live`, in order, `count`
 // of them): on MNIST-like images about 29% of the groups.
 
+// Moves the groups of 4 pixels that hold a non-zero pixel to the front of `pixels`, in order,
+// and their indices to `live`; returns how many. Pad pixels past an example's end stay zero: only
+// the last group holds them, and it moves nowhere.
+int64_t LiveGroups(uint8_t* pixels, int64_t groups, int32_t* live) {
+  int64_t count = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    uint32_t four;
+    std::memcpy(&four, pixels + g * 4, sizeof(four));
+    if (four == 0) continue;
+    std::memcpy(pixels + count * 4, &four, sizeof(four));
+    live[count++] = static_cast<int32_t>(g);
+  }
+  return count;
+}
+
 void BuildTables(const uint8_t* pixels, int64_t groups, uint8_t* tables) {
   for (int64_t g = 0; g < groups; ++g) {
     uint8_t* low = tables + g * 32;
@@ -840,17 +855,7 @@ class PixelTableSignOp : public OpKernel {
           total += pixels[i];
         }
         totals[b] = total;
-        int32_t* kept = live.data() + b * groups;
-        // the groups with a non-zero pixel, moved to the front in order (the pad pixels past n
-        // stay zero: only the last group holds them, and it moves nowhere)
-        int64_t count = 0;
-        for (int64_t g = 0; g < groups; ++g) {
-          uint32_t four;
-          std::memcpy(&four, pixels.data() + g * 4, sizeof(four));
-          if (four == 0) continue;
-          std::memcpy(pixels.data() + count * 4, &four, sizeof(four));
-          kept[count++] = static_cast<int32_t>(g);
-        }
+        const int64_t count = LiveGroups(pixels.data(), groups, live.data() + b * groups);
         counts[b] = static_cast<int32_t>(count);
         Tables(isa, pixels.data(), count, tables.data() + b * groups * 32);
       }
