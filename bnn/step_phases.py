@@ -57,7 +57,7 @@ def phase_timers(model: keras.Model, x: np.ndarray, y: np.ndarray, xla: bool,
 
     The loss is the model's compiled loss (sparse cross-entropy on logits in the benchmark).
     The forward function returns the sum of the outputs and the gradient function returns the
-    gradients themselves, so the compiler can drop none of their work; each call's scalar is
+    gradients themselves (the scalars in float32, which numpy reads under any mixed precision), so the compiler can drop none of their work; each call's scalar is
     fetched before the next call.
     """
     inputs, labels = tf.constant(x), tf.constant(y)
@@ -66,13 +66,13 @@ def phase_timers(model: keras.Model, x: np.ndarray, y: np.ndarray, xla: bool,
 
     @tf.function(jit_compile=xla)
     def forward():
-        return tf.reduce_sum(model(inputs, training=True))
+        return tf.reduce_sum(tf.cast(model(inputs, training=True), tf.float32))
 
     @tf.function(jit_compile=xla)
     def gradient():
         with tf.GradientTape() as tape:
             loss = loss_fn(labels, model(inputs, training=True))
-        return loss, tape.gradient(loss, variables)
+        return tf.cast(loss, tf.float32), tape.gradient(loss, variables)
 
     timers = {"forward": block_timer(forward, f"{model.name}: the forward pass's output sum"),
               "gradient": block_timer(gradient, f"{model.name}: the loss")}

@@ -85,3 +85,12 @@ def test_a_non_finite_phase_voids_the_timing(result):
     timer = step_phases.block_timer(result, "a phase")
     with pytest.raises(RuntimeError, match="non-finite"):
         timer(1)
+
+
+def test_phases_time_a_bfloat16_model(tmp_path):
+    """Under the mixed_bfloat16 policy the phase timers read their bfloat16 scalars too."""
+    code = benchmark.main(["--quick", "--models", "binarynet_mlp", "--xla", "off", "--phases",
+                           "--mixed-precision", "bfloat16", "--json", str(tmp_path / "r.json")])
+    [row] = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert code == 0 and row["mixed_precision"] == "bfloat16"
+    assert all(row[f"{twin}_forward_ms"] > 0 for twin in ("binary", "float"))
