@@ -5,9 +5,11 @@ environment and never imports bnn. ``benchmarks/step_time.py --larq-python PATH`
 subprocess and talks to it one JSON object per line, so that Larq's timed blocks take turns with
 bnn's binary and float blocks in the same minutes of machine time:
 
-* ``{"op": "setup", "model", "xla", "batch_size", "options", "warmup_steps", "seed"}`` builds
-  Larq's binary and float models, compiles them (Adam, sparse cross-entropy on logits,
-  ``jit_compile=xla``), runs the warm-up steps untimed and answers ``{"ok": true}``;
+* ``{"op": "setup", "model", "xla", "batch_size", "options", "warmup_steps", "seed",
+  "mixed_precision"}`` builds Larq's binary and float models under that Keras policy (``"off"``:
+  float32, ``"bfloat16"``/``"float16"``: ``mixed_bfloat16``/``mixed_float16``; absent: off),
+  compiles them (Adam, sparse cross-entropy on logits, ``jit_compile=xla``), runs the warm-up
+  steps untimed and answers ``{"ok": true}``;
 * ``{"op": "block", "precision": "binary" | "float", "steps": n}`` trains that model ``n`` steps
   on one fixed synthetic batch, each step synchronised by fetching its loss, and answers
   ``{"wall": s, "cpu": s}``, seconds per step (wall clock and process CPU time);
@@ -42,6 +44,7 @@ import larq as lq  # noqa: E402
 
 keras = tf.keras
 
+POLICIES = {"off": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 MLP_DEFAULTS = dict(input_shape=(28, 28, 1), num_classes=10, hidden_units=(2048, 2048, 2048))
 VGG_DEFAULTS = dict(input_shape=(32, 32, 3), num_classes=10,
                     filters=(128, 128, 256, 256, 512, 512), dense_units=(1024, 1024))
@@ -125,6 +128,10 @@ class Session:
     def __init__(self, spec):
         seed = int(spec.get("seed", 0))
         tf.keras.utils.set_random_seed(seed)
+        policy = spec.get("mixed_precision", "off")
+        if policy not in POLICIES:
+            raise ValueError(f"mixed_precision {policy!r} is not one of {', '.join(POLICIES)}")
+        keras.mixed_precision.set_global_policy(POLICIES[policy])
         self.models = {}
         for precision in ("binary", "float"):
             model = build(spec["model"], precision, spec.get("options", {}))

@@ -118,7 +118,8 @@ def _interleave(timers: dict[str, BlockTimer], blocks: int,
 
 def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blocks: int,
              steps_per_block: int, warmup_steps: int, seed: int,
-             companions: Companions | None = None, phases: bool = False) -> dict[str, Any]:
+             companions: Companions | None = None, phases: bool = False,
+             mixed_precision: str = "off") -> dict[str, Any]:
     keras.utils.set_random_seed(seed)
     twins = {p: _compiled_twin(name, p, options, xla) for p in ("binary", "float")}
     input_shape = tuple(twins["binary"].input_shape[1:])
@@ -136,7 +137,7 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
                 timers[f"{p}_{phase}"] = timer
     options_out = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
     spec = {"model": name, "xla": xla, "batch_size": batch_size, "options": options_out,
-            "warmup_steps": warmup_steps, "seed": seed}
+            "warmup_steps": warmup_steps, "seed": seed, "mixed_precision": mixed_precision}
     extra = dict(companions(spec)) if companions else {}
     clash = set(extra) & set(timers)
     if clash:
@@ -190,7 +191,7 @@ def run(
         warmup_steps: untimed steps per twin first (tracing, XLA compilation).
         seed: seed of the weights and the synthetic batch.
         companions: called once per (model, XLA setting) with ``{"model", "xla",
-            "batch_size", "options", "warmup_steps", "seed"}``, after the twins' warm-up; returns
+            "batch_size", "options", "warmup_steps", "seed", "mixed_precision"}``, after the twins' warm-up; returns
             more block timers, ``{label: timer(steps) -> (wall, CPU) seconds per step}``, already
             warmed up, that take their turns among the twins' blocks. Their blocks appear in the
             row as ``<label>_block_ms`` and ``<label>_block_cpu_ms`` (``benchmarks/step_time.py``
@@ -231,7 +232,7 @@ def run(
             batch_size = _QUICK_BATCH if quick else int(sizes[name])
             for jit in xla:
                 row = _measure(name, bool(jit), batch_size, options, blocks, steps_per_block,
-                               warmup_steps, seed, companions, phases)
+                               warmup_steps, seed, companions, phases, mixed_precision)
                 results.append({**row, "mixed_precision": mixed_precision})
                 keras.backend.clear_session()
     finally:

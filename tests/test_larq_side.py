@@ -72,6 +72,7 @@ def test_larq_blocks_interleave_with_bnn_and_become_paired_ratios(step_time, tmp
     assert sent[0]["op"] == "setup"
     assert (sent[0]["model"], sent[0]["xla"], sent[0]["batch_size"]) == ("binarynet_mlp",
                                                                         False, 8)
+    assert sent[0]["mixed_precision"] == "off"
     blocks = [r["precision"] for r in sent if r["op"] == "block"]
     assert sorted(blocks) == sorted(["binary", "float"] * row["blocks"])
 
@@ -88,6 +89,15 @@ def test_a_failing_larq_side_exits_with_its_reason(step_time, tmp_path, monkeypa
                         "--larq-python", sys.executable])
     assert message in str(exit_info.value.code)
     assert "Larq benchmark" in str(exit_info.value.code)
+
+
+def test_larq_is_asked_for_the_same_mixed_precision(step_time, tmp_path, monkeypatch):
+    requests = fake_server(tmp_path, monkeypatch, step_time)
+    assert step_time.main(["--quick", "--models", "binarynet_mlp", "--xla", "off",
+                           "--mixed-precision", "bfloat16", "--larq-python",
+                           sys.executable]) == 0
+    sent = [json.loads(line) for line in requests.read_text().splitlines()]
+    assert [r["mixed_precision"] for r in sent if r["op"] == "setup"] == ["bfloat16"]
 
 
 def test_a_larq_python_that_does_not_exist_is_named(step_time, tmp_path):
