@@ -225,12 +225,13 @@ def run(
     sizes = {**DEFAULT_BATCH_SIZES, **(batch_sizes or {})}
     results = []
     previous = keras.mixed_precision.global_policy()
-    keras.mixed_precision.set_global_policy(_POLICIES[mixed_precision])
     try:
         for name in models:
             options = _QUICK_OPTIONS[name] if quick else {}
             batch_size = _QUICK_BATCH if quick else int(sizes[name])
             for jit in xla:
+                # set for every row: Keras' clear_session() resets the global policy to float32
+                keras.mixed_precision.set_global_policy(_POLICIES[mixed_precision])
                 row = _measure(name, bool(jit), batch_size, options, blocks, steps_per_block,
                                warmup_steps, seed, companions, phases, mixed_precision)
                 results.append({**row, "mixed_precision": mixed_precision})
