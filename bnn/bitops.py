@@ -146,13 +146,17 @@ def xor_popcount_conv2d(x_words: tf.Tensor, w_words: tf.Tensor, kernel_size: Seq
 def packed_training_enabled(compute_dtype: str = "float32") -> bool:
     """Whether binary layers computing in ``compute_dtype`` take their ±1 forward products by
     xor-popcount: by default where TensorFlow sees no GPU (whose float products are faster) and
-    the layer computes in float32 (under a ``mixed_bfloat16`` policy the float product runs in
-    bfloat16, which a CPU with AMX multiplies faster); off with ``BNN_PACKED_FORWARD=0``, on
+    the layer computes in float32, or in bfloat16 on a CPU without AMX (under a
+    ``mixed_bfloat16`` policy the float product runs in bfloat16, which AMX multiplies faster
+    than the packed product; AVX-512 BF16 does not); off with ``BNN_PACKED_FORWARD=0``, on
     whatever the dtype with ``BNN_PACKED_FORWARD=1``."""
     setting = settings.packed_forward()
     if setting != "auto":
         return setting == "on"
-    return compute_dtype == "float32" and not tf.config.list_physical_devices("GPU")
+    if tf.config.list_physical_devices("GPU"):
+        return False
+    return compute_dtype == "float32" or (compute_dtype == "bfloat16"
+                                          and "amx_bf16" not in cpu.flags())
 
 
 @compiled
@@ -186,7 +190,11 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
         y, w_halves = _packed_matmul(x, w)
 
         def grad(dy):
-            dx = _matmul_signs_transposed(dy, w_halves, int(w.shape[0]))
+            n = int(w.shape[0])
+            if dy.dtype == tf.float32 or in_xla_context():
+                dx = _matmul_signs_transposed(dy, w_halves, n)
+            else:  # XLA's CPU products in 16-bit floats are slow; TensorFlow's (oneDNN) are not
+                dx = tf.matmul(dy, _unpack_xla(w_halves, n, dy.dtype, axis=0), transpose_b=True)
             return dx, tf.matmul(x, dy, transpose_a=True)
 
         return y, grad

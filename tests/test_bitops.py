@@ -99,6 +99,25 @@ def test_binary_matmul_of_a_latent_kernel_is_the_product_of_its_signs(jit):
     np.testing.assert_allclose(dw, dw_ref, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_binary_matmul_in_bfloat16_has_the_gradients_of_the_bfloat16_product(jit):
+    """Under a bfloat16 policy the input's gradient takes TensorFlow's product of the unpacked
+    signs outside XLA and XLA's inside it; both equal the bfloat16 product of the signs (±1 and
+    small integer sums are exact in bfloat16)."""
+    rng = np.random.default_rng(4)
+    x = tf.constant(_pm1(rng, (5, 70)), tf.bfloat16)
+    w = rng.uniform(-1, 1, (70, 12)).astype("float32")
+    dy = tf.constant(rng.integers(-3, 4, (5, 12)), tf.bfloat16)
+    signs = tf.constant(np.where(w >= 0, 1.0, -1.0), tf.bfloat16)
+    fn = tf.function(bitops.binary_matmul, jit_compile=jit)
+    y, dx, dw = _grads(fn, x, tf.constant(w, tf.bfloat16), dy)
+    _, dx_ref, dw_ref = _grads(tf.matmul, x, signs, dy)
+    assert dx.dtype == dx_ref.dtype and dx.dtype.name == "bfloat16"
+    np.testing.assert_array_equal(y, _grads(tf.matmul, x, signs, dy)[0])
+    np.testing.assert_array_equal(dx, dx_ref)
+    np.testing.assert_array_equal(dw, dw_ref)
+
+
 @pytest.mark.parametrize("padding,pad_value", [("same", 1.0), ("same", -1.0), ("valid", 1.0)])
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 1)])
 @pytest.mark.parametrize("gradients", ["xla", "tensorflow"])
@@ -162,6 +181,18 @@ def test_packed_training_setting(monkeypatch, setting, expected):
 def test_auto_setting_follows_gpu_visibility(monkeypatch):
     monkeypatch.delenv("BNN_PACKED_FORWARD", raising=False)
     assert bitops.packed_training_enabled() is (not tf.config.list_physical_devices("GPU"))
+
+
+@pytest.mark.parametrize("flags,dtype,expected", [
+    ({"avx512f"}, "float32", True), ({"avx512f", "amx_bf16"}, "float32", True),
+    ({"avx512f", "avx512_bf16"}, "bfloat16", True), ({"avx512f", "amx_bf16"}, "bfloat16", False),
+    ({"avx2"}, "float16", False)])
+def test_auto_setting_packs_bfloat16_layers_on_cpus_without_amx(monkeypatch, flags, dtype,
+                                                                 expected):
+    monkeypatch.delenv("BNN_PACKED_FORWARD", raising=False)
+    monkeypatch.setattr(cpu, "flags", lambda: frozenset(flags))
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    assert bitops.packed_training_enabled(dtype) is (expected and not gpu)
 
 
 def _train_twice(monkeypatch, build, x, y, jit):
