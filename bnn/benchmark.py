@@ -120,6 +120,8 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
              steps_per_block: int, warmup_steps: int, seed: int,
              companions: Companions | None = None, phases: bool = False,
              mixed_precision: str = "off") -> dict[str, Any]:
+    # per row: Keras' clear_session() between rows resets the global policy to float32
+    keras.mixed_precision.set_global_policy(_POLICIES[mixed_precision])
     keras.utils.set_random_seed(seed)
     twins = {p: _compiled_twin(name, p, options, xla) for p in ("binary", "float")}
     input_shape = tuple(twins["binary"].input_shape[1:])
@@ -155,7 +157,7 @@ def _measure(name: str, xla: bool, batch_size: int, options: dict[str, Any], blo
         "float_cpu_ms": statistics.median(cpu["float"]) * 1e3,
         "cpu_ratio": paired_ratio(cpu["binary"], cpu["float"]),
         "blocks": blocks, "steps_per_block": steps_per_block, "warmup_steps": warmup_steps,
-        "options": options_out,
+        "options": options_out, "mixed_precision": mixed_precision,
     }
     for label in times:
         row[f"{label}_block_ms"] = [t * 1e3 for t in times[label]]
@@ -191,8 +193,8 @@ def run(
         warmup_steps: untimed steps per twin first (tracing, XLA compilation).
         seed: seed of the weights and the synthetic batch.
         companions: called once per (model, XLA setting) with ``{"model", "xla",
-            "batch_size", "options", "warmup_steps", "seed", "mixed_precision"}``, after the twins' warm-up; returns
-            more block timers, ``{label: timer(steps) -> (wall, CPU) seconds per step}``, already
+            "batch_size", "options", "warmup_steps", "seed", "mixed_precision"}``, after the
+            twins' warm-up; returns more block timers, ``{label: timer(steps) -> (wall, CPU) seconds per step}``, already
             warmed up, that take their turns among the twins' blocks. Their blocks appear in the
             row as ``<label>_block_ms`` and ``<label>_block_cpu_ms`` (``benchmarks/step_time.py``
             times Larq this way).
@@ -230,11 +232,9 @@ def run(
             options = _QUICK_OPTIONS[name] if quick else {}
             batch_size = _QUICK_BATCH if quick else int(sizes[name])
             for jit in xla:
-                # set for every row: Keras' clear_session() resets the global policy to float32
-                keras.mixed_precision.set_global_policy(_POLICIES[mixed_precision])
                 row = _measure(name, bool(jit), batch_size, options, blocks, steps_per_block,
                                warmup_steps, seed, companions, phases, mixed_precision)
-                results.append({**row, "mixed_precision": mixed_precision})
+                results.append(row)
                 keras.backend.clear_session()
     finally:
         keras.mixed_precision.set_global_policy(previous)

@@ -57,8 +57,8 @@ def phase_timers(model: keras.Model, x: np.ndarray, y: np.ndarray, xla: bool,
 
     The loss is the model's compiled loss (sparse cross-entropy on logits in the benchmark).
     The forward function returns the sum of the outputs and the gradient function returns the
-    gradients themselves (the scalars in float32, which numpy reads under any mixed precision), so the compiler can drop none of their work; each call's scalar is
-    fetched before the next call.
+    gradients themselves, so the compiler can drop none of their work; each call's scalar is
+    fetched before the next call, in float32, which numpy reads under any mixed precision.
     """
     inputs, labels = tf.constant(x), tf.constant(y)
     variables = model.trainable_variables
