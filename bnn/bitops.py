@@ -22,11 +22,12 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from bnn import cpu, settings
+from bnn import cpu, kernels, settings
 from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
+           "native_training_ops",
            "xla_conv_gradients"]
 
 WORD_BITS = 64
@@ -159,6 +160,18 @@ def packed_training_enabled(compute_dtype: str = "float32") -> bool:
                                           and "amx_bf16" not in cpu.flags())
 
 
+def native_training_ops(dtype: tf.DType) -> kernels.Ops | None:
+    """The native kernels (:mod:`bnn.kernels`) that binary layers take their forward products
+    from in a training step outside XLA, for layers computing in float32 or bfloat16: where
+    :func:`bnn.kernels.preferred` (their AVX-512 or AVX2 variant built and checked; never with
+    ``BNN_NATIVE_KERNELS=0``); ``None`` elsewhere, and the product stays an XLA computation.
+    Inference (``training=False``) always takes the XLA computation, so a traced or exported
+    model needs no custom op."""
+    if in_xla_context() or dtype not in (tf.float32, tf.bfloat16) or not kernels.preferred():
+        return None
+    return kernels.ops()
+
+
 @compiled
 def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     n = int(w.shape[0])
@@ -168,13 +181,31 @@ def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 @compiled
+def _matmul_operands(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``x`` packed along its rows as a ``(batch, 1, 1, words)`` image, ``w`` packed along its
+    columns, and ``w``'s int32 halves for the backward pass."""
+    x_words = pack(x >= 0, axis=-1)
+    return (tf.reshape(x_words, [-1, 1, 1, int(x_words.shape[-1])]), pack(w >= 0, axis=0),
+            pack(w >= 0, axis=0, word_bits=32))
+
+
+def _native_matmul(native: kernels.Ops, x: tf.Tensor, w: tf.Tensor
+                   ) -> tuple[tf.Tensor, tf.Tensor]:
+    """:func:`_packed_matmul`'s results with the product on the native kernels (a 1x1
+    convolution of one-pixel images)."""
+    x_words, w_words, w_halves = _matmul_operands(x, w)
+    y = native.xor_popcount_conv2d(x_words, w_words, (1, 1), (1, 1), int(w.shape[0]), x.dtype)
+    return tf.reshape(y, [-1, int(w.shape[1])]), w_halves
+
+
+@compiled
 def _matmul_signs_transposed(dy: tf.Tensor, w_halves: tf.Tensor, n: int) -> tf.Tensor:
     """``dy @ sign(w)^T``, with ``sign(w)`` unpacked from the forward pass's packed kernel, which
     reads 1/32 of the float kernel's bytes, in int32 halves (32-bit vector lanes)."""
     return tf.matmul(dy, unpack(w_halves, n, dy.dtype, axis=0), transpose_b=True)
 
 
-def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+def binary_matmul(x: tf.Tensor, w: tf.Tensor, training: bool = False) -> tf.Tensor:
     """``sign(x) @ sign(w)`` for ``x`` ``(batch, n)`` and ``w`` ``(n, units)``, exact, by
     xor-popcount (sign(0) = +1).
 
@@ -183,11 +214,15 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
     latent real-valued kernel itself where its straight-through mask is all ones (a kernel that
     ``WeightClip`` keeps in range), which spares a float pass over the weights; ``x`` must already
     be ±1 (its straight-through mask belongs to the input quantizer).
+
+    With ``training=True`` outside XLA the product runs on the native kernels where
+    :func:`native_training_ops` has them (the same integers).
     """
+    native = native_training_ops(x.dtype) if training else None
 
     @tf.custom_gradient
     def op(x, w):
-        y, w_halves = _packed_matmul(x, w)
+        y, w_halves = (_packed_matmul(x, w) if native is None else _native_matmul(native, x, w))
 
         def grad(dy):
             n = int(w.shape[0])
@@ -209,13 +244,21 @@ def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-@compiled
-def _packed_conv2d(x, w, strides, pads, pad_value):
+def _conv_words(x, w, pads, pad_value):
+    """The padded input packed along its channels, and the kernel packed along its input
+    channels and flattened over its taps, as :func:`xor_popcount_conv2d` takes them."""
     if pads is not None:
         x = tf.pad(x, [[0, 0], pads[0], pads[1], [0, 0]], constant_values=pad_value)
-    kh, kw, c, filters = (int(d) for d in w.shape)
-    w_words = tf.reshape(pack(w >= 0, axis=2), [-1, filters])
-    x_words = pack(x >= 0, axis=-1)
+    return pack(x >= 0, axis=-1), tf.reshape(pack(w >= 0, axis=2), [-1, int(w.shape[-1])])
+
+
+_conv_operands = compiled(_conv_words)
+
+
+@compiled
+def _packed_conv2d(x, w, strides, pads, pad_value):
+    kh, kw, c, _ = (int(d) for d in w.shape)
+    x_words, w_words = _conv_words(x, w, pads, pad_value)
     dots = xor_popcount_conv2d(x_words, w_words, (kh, kw), strides, kh * kw * c)
     return computed_once(tf.cast(dots, x.dtype)), x_words
 
@@ -272,7 +315,7 @@ def xla_conv_gradients() -> bool:
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",
-                  pad_value: float = 1.0) -> tf.Tensor:
+                  pad_value: float = 1.0, training: bool = False) -> tf.Tensor:
     """``conv2d(x, w, strides, padding)`` for ±1 ``x`` ``(batch, h, w, c)`` and ±1 ``w``
     ``(kh, kw, c, filters)``, exact, by xor-popcount, where ``padding="same"`` pads with
     ``pad_value`` (+1 or -1, so that every operand stays ±1) instead of 0.
@@ -281,7 +324,8 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
     zero-padded transposed convolution (the padding is constant); the kernel's is read from the
     forward pass's packed, padded input, unpacked to ±1. Keeping only the packed words for the
     backward pass also spares XLA a transposing copy of the float activations fused with their
-    producers.
+    producers. With ``training=True`` outside XLA the product runs on the native kernels where
+    :func:`native_training_ops` has them (the same integers).
     """
     if padding not in ("valid", "same"):
         raise ValueError(f"binary_conv2d padding must be 'valid' or 'same', got {padding!r}")
@@ -295,6 +339,7 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
                 same_pads(int(x.shape[2]), kw, strides[1]))
         if not any(p for pair in pads for p in pair):
             pads = None
+    native = native_training_ops(x.dtype) if training else None
 
     @tf.custom_gradient
     def op(x, w):
@@ -304,7 +349,12 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
             x_signs = _unpack_xla(x_words, int(x.shape[-1]), dy.dtype)
             return _conv2d_gradients(x_signs, w, dy, tf.shape(x), strides, padding)
 
-        y, x_words = _packed_conv2d(x, w, strides, pads, float(pad_value))
+        if native is None:
+            y, x_words = _packed_conv2d(x, w, strides, pads, float(pad_value))
+        else:
+            x_words, w_words = _conv_operands(x, w, pads, float(pad_value))
+            y = native.xor_popcount_conv2d(x_words, w_words, (kh, kw), strides,
+                                           kh * kw * int(w.shape[2]), x.dtype)
         return y, grad
 
     return op(x, w)

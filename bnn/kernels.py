@@ -194,6 +194,13 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
     scale = rng.normal(0, 1, 70).astype(np.float32)
     shift = rng.normal(0, 1, 70).astype(np.float32)
     logits = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
+    image = np.where(rng.random((2, 4, 5, 70)) < 0.5, 1.0, -1.0)
+    filters = np.where(rng.random((2, 3, 70, 9)) < 0.5, 1.0, -1.0)
+    conv = np.stack([np.stack([np.einsum("bhwc,hwcf->bf", image[:, i:i + 2, j:j + 3], filters)
+                               for j in range(0, 3, 2)], 1) for i in range(3)], 1)
+    image_words = _pack_rows(image.reshape(-1, 70)).reshape(2, 4, 5, 2)
+    filter_words = np.ascontiguousarray(
+        _pack_rows(filters.transpose(3, 0, 1, 2).reshape(-1, 70)).reshape(9, 12).T)
     for isa in runs:
         try:
             ok = (np.array_equal(130 - 2 * lib.bnn_xor_popcount(xw, ww, isa=isa).numpy(), dots)
@@ -205,7 +212,10 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
                       pixels, table, 100 * threshold, fw, scale=1.0, offset=0.0,
                       isa=isa).numpy(), products)
                   and np.array_equal(lib.bnn_xor_popcount_affine(
-                      xw, ww, scale, shift, n=130, isa=isa).numpy(), logits))
+                      xw, ww, scale, shift, n=130, isa=isa).numpy(), logits)
+                  and np.array_equal(lib.bnn_xor_popcount_conv2d(
+                      image_words, filter_words, kh=2, kw=3, sh=1, sw=2, n=420, T=tf.float32,
+                      isa=isa).numpy(), conv))
         except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
@@ -219,7 +229,8 @@ def _loaded() -> _Loaded:
     choice = setting()
     with _lock:
         if choice not in _state:
-            _state[choice] = _build(choice)
+            with tf.init_scope():  # eager, even when first asked while a function is traced
+                _state[choice] = _build(choice)
         return _state[choice]
 
 
@@ -298,6 +309,18 @@ class Ops:
         xor_popcount(x, w)``, computed in float64 and rounded once to float32 (the product is
         exact, so this is the rounding of XLA's fused multiply-add)."""
         return self._lib.bnn_xor_popcount_affine(x_words, w_words, scale, shift, n=int(n),
+                                                 isa=self.variant)
+
+    def xor_popcount_conv2d(self, x_words: tf.Tensor, w_words: tf.Tensor,
+                            kernel_size: tuple[int, int], strides: tuple[int, int], n: int,
+                            dtype: tf.DType = tf.float32) -> tf.Tensor:
+        """The "valid" ±1 convolution ``n - 2 * mismatches`` in ``dtype`` (float32 or bfloat16),
+        ``(batch, ho, wo, units)``, of ``x`` ``(batch, h, w, words)`` packed along its channels
+        and a ``(kh, kw, c, units)`` kernel packed along ``c`` and flattened over its taps to
+        ``(kh * kw * words, units)``, as :func:`bnn.bitops.xor_popcount_conv2d` takes them."""
+        (kh, kw), (sh, sw) = kernel_size, strides
+        return self._lib.bnn_xor_popcount_conv2d(x_words, w_words, kh=int(kh), kw=int(kw),
+                                                 sh=int(sh), sw=int(sw), n=int(n), T=dtype,
                                                  isa=self.variant)
 
     def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:

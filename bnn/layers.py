@@ -194,7 +194,7 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         if self._packed_product() and len(x.shape) == 2:
             # a kernel kept in range goes in latent: its sign happens inside the packing
             kernel = self.kernel if self._kernel_kept_in_range() else self._effective_kernel()
-            x = bitops.binary_matmul(x, kernel)
+            x = bitops.binary_matmul(x, kernel, training=bool(training))
         else:
             x = ops.matmul(x, self._effective_kernel())
         if self.bias is not None:
@@ -250,7 +250,7 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
         return ops.conv(ops.cast(border, kernel.dtype), kernel, strides=list(self.strides),
                         padding="valid", dilation_rate=self.dilation_rate)
 
-    def _packed_convolution(self, x, kernel):
+    def _packed_convolution(self, x, kernel, training=None):
         """The convolution by xor-popcount, or None where that does not apply: operands not
         both ±1, channels first, dilation, groups, unknown input sizes, or 'same' padding
         with a value other than ±1."""
@@ -259,13 +259,14 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
                 and None not in tuple(x.shape[1:])):
             return None
         if self.padding == "valid" or self.pad_values in (1.0, -1.0):
-            return bitops.binary_conv2d(x, kernel, self.strides, self.padding, self.pad_values)
+            return bitops.binary_conv2d(x, kernel, self.strides, self.padding, self.pad_values,
+                                        training=bool(training))
         return None
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         x = self._quantize_inputs(inputs)
         kernel = self._effective_kernel()
-        packed = self._packed_convolution(x, kernel)
+        packed = self._packed_convolution(x, kernel, training)
         if packed is not None:
             outputs = packed
         elif not (self.padding == "same" and self.pad_values != 0.0 and self.quantized):

@@ -17,6 +17,11 @@
 //   BnnPixelTableSign(u (batch, ...) uint8 or float, w (blocks, groups, 32) uint8, threshold,
 //       flip) -> the same words for the exact integer product u . w of 8-bit pixels u (floats
 //       encoded to pixels first) with +-1 weights, whose bits w holds by groups of 4 pixels.
+//   BnnXorPopcountConv2d(x (batch, h, w, words), w (kh * kw * words, units), kh, kw, sh, sw, n)
+//       -> (batch, ho, wo, units) float32 or bfloat16 n - 2 * mismatches: the "valid" +-1
+//       convolution of a padded input packed along its channels with a kernel packed along its
+//       input channels, flattened over its taps (tap-major); each output position's row of taps
+//       is gathered per block of rows, so no patch tensor is built.
 //   BnnKernelVariants() -> the instruction-set variants this CPU runs, best last.
 //
 // Every op has an `isa` attribute: "generic" (plain C++), "avx2", "avx512" (AVX-512 with
@@ -43,6 +48,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +63,7 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/util/work_sharder.h"
 
 namespace bnn {
@@ -645,6 +652,35 @@ REGISTER_OP("BnnPixelTableSign")
       return Status();
     });
 
+REGISTER_OP("BnnXorPopcountConv2d")
+    .Input("x: int64")
+    .Input("w: int64")
+    .Attr("kh: int >= 1")
+    .Attr("kw: int >= 1")
+    .Attr("sh: int >= 1")
+    .Attr("sw: int >= 1")
+    .Attr("n: int")
+    .Attr("T: {float, bfloat16}")
+    .Attr(BNN_VARIANT_ATTR)
+    .Output("y: T")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x, w;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &w));
+      int kh, kw, sh, sw;
+      TF_RETURN_IF_ERROR(c->GetAttr("kh", &kh));
+      TF_RETURN_IF_ERROR(c->GetAttr("kw", &kw));
+      TF_RETURN_IF_ERROR(c->GetAttr("sh", &sh));
+      TF_RETURN_IF_ERROR(c->GetAttr("sw", &sw));
+      auto out = [c](DimensionHandle d, int k, int s) {
+        if (!c->ValueKnown(d)) return c->UnknownDim();
+        return c->MakeDim(std::max<int64_t>(0, (c->Value(d) - k) / s + 1));
+      };
+      c->set_output(0, c->MakeShape({c->Dim(x, 0), out(c->Dim(x, 1), kh, sh),
+                                     out(c->Dim(x, 2), kw, sw), c->Dim(w, 1)}));
+      return Status();
+    });
+
 REGISTER_OP("BnnKernelVariants")
     .Output("variants: string")
     .SetShapeFn([](InferenceContext* c) {
@@ -891,6 +927,91 @@ class PixelTableSignOp : public OpKernel {
   Isa isa_ = kGeneric;
 };
 
+// The "valid" +-1 convolution of packed operands as dot products n - 2 * mismatches in T. Work
+// items are (block of kChunk output positions, group of 64 units), block-major; a thread gathers
+// a block's rows of kh * kw * words words (tap-major, as w is flattened) once for all the groups
+// of that block it runs.
+template <typename T>
+class XorPopcountConv2dOp : public OpKernel {
+ public:
+  explicit XorPopcountConv2dOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ResolveIsa(ctx, &isa_));
+    int kh, kw, sh, sw;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("kh", &kh));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("kw", &kw));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("sh", &sh));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("sw", &sw));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("n", &n_));
+    kh_ = kh, kw_ = kw, sh_ = sh, sw_ = sw;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& w = ctx->input(1);
+    OP_REQUIRES(ctx, x.dims() == 4 && w.dims() == 2,
+                InvalidArgument("x must be (batch, h, w, words) and w a matrix, got ",
+                                x.shape().DebugString(), " and ", w.shape().DebugString()));
+    const int64_t batch = x.dim_size(0), h = x.dim_size(1), wd = x.dim_size(2);
+    const int64_t words = x.dim_size(3), units = w.dim_size(1);
+    const int64_t row_words = kh_ * kw_ * words;
+    OP_REQUIRES(ctx, w.dim_size(0) == row_words,
+                InvalidArgument("a ", kh_, "x", kw_, " kernel over ", words, " words per pixel "
+                                "needs ", row_words, " rows of w, got ", w.dim_size(0)));
+    const int64_t ho = h >= kh_ ? (h - kh_) / sh_ + 1 : 0;
+    const int64_t wo = wd >= kw_ ? (wd - kw_) / sw_ + 1 : 0;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, ho, wo, units}), &out));
+    const int64_t positions = batch * ho * wo;
+    if (positions == 0 || units == 0) return;
+    const int64_t* xp = x.flat<int64_t>().data();
+    const int64_t* wp = w.flat<int64_t>().data();
+    T* yp = out->flat<T>().data();
+    const int64_t out_words = (units + kGroup - 1) / kGroup;
+    const int64_t kh = kh_, kw = kw_, sh = sh_, sw = sw_, n = n_;
+    const Isa isa = isa_;
+    constexpr int64_t kChunk = 36;
+    const int64_t chunks = (positions + kChunk - 1) / kChunk;
+    auto work = [&](int64_t first, int64_t last) {
+      int32_t counts[kChunk * kGroup];
+      std::vector<int64_t> gathered(kChunk * row_words);
+      std::unique_ptr<Rows> rows_in;
+      int64_t held = -1;  // the block whose rows `gathered` holds
+      for (int64_t item = first; item < last; ++item) {
+        const int64_t g = item % out_words, block = item / out_words;
+        const int64_t p0 = block * kChunk, rows = std::min(kChunk, positions - p0);
+        if (block != held) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t p = p0 + r, b = p / (ho * wo), i = (p / wo) % ho, j = p % wo;
+            int64_t* dst = gathered.data() + r * row_words;
+            for (int64_t ti = 0; ti < kh; ++ti) {
+              const int64_t* src = xp + ((b * h + i * sh + ti) * wd + j * sw) * words;
+              std::memcpy(dst + ti * kw * words, src, kw * words * sizeof(int64_t));
+            }
+          }
+          rows_in.reset(new Rows(gathered.data(), rows, row_words, isa));
+          held = block;
+        }
+        const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
+        CountGroup(isa, *rows_in, wp, 0, rows, units, u0, width, counts);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int32_t* c = counts + r * kGroup;
+          T* row = yp + (p0 + r) * units + u0;
+          for (int64_t k = 0; k < width; ++k)
+            row[k] = static_cast<T>(static_cast<float>(n - 2 * static_cast<int64_t>(c[k])));
+        }
+      }
+    };
+    const int64_t cost =
+        std::max<int64_t>(1, std::min(kChunk, positions) * row_words * CostPerWord(isa_));
+    ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
+        chunks * out_words, cost, work);
+  }
+
+ private:
+  Isa isa_ = kGeneric;
+  int64_t kh_ = 1, kw_ = 1, sh_ = 1, sw_ = 1, n_ = 0;
+};
+
 class KernelVariantsOp : public OpKernel {
  public:
   explicit KernelVariantsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -916,6 +1037,12 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("BnnPixelTableSign").Device(DEVICE_CPU).TypeConstraint<float>("T"),
     PixelTableSignOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnXorPopcountConv2d").Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    XorPopcountConv2dOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnXorPopcountConv2d").Device(DEVICE_CPU).TypeConstraint<::tensorflow::bfloat16>("T"),
+    XorPopcountConv2dOp<::tensorflow::bfloat16>);
 REGISTER_KERNEL_BUILDER(Name("BnnKernelVariants").Device(DEVICE_CPU), KernelVariantsOp);
 
 }  // namespace

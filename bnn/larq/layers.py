@@ -96,7 +96,7 @@ class _LarqLayer:
         self._flip_ratio_kernels = tuple(tracked)
         self._flip_ratios = metrics
 
-    #: Whether the bnn layer's ``call`` takes ``training`` (BinaryDense does).
+    #: Whether the bnn layer's ``call`` takes ``training`` (BinaryDense and BinaryConv2D do).
     _call_takes_training = False
 
     def build(self, input_shape):
@@ -156,6 +156,8 @@ class QuantDense(_LarqLayer, bl.BinaryDense):
 class QuantConv2D(_LarqLayer, bl.BinaryConv2D):
     """Larq's ``QuantConv2D``: ``activation(conv2d(input_quantizer(x), kernel_quantizer(K)) +
     b)``, the quantized inputs padded with ``pad_values`` where ``padding="same"``."""
+
+    _call_takes_training = True
 
     def __init__(self, filters: int, kernel_size, strides=(1, 1), padding: str = "valid",
                  pad_values: float = 0.0, data_format: str | None = None, dilation_rate=(1, 1),
