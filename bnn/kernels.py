@@ -1,10 +1,11 @@
 """Native xor-popcount kernels for packed inference, built on first use.
 
-``xor_popcount.cc`` (next to this file) defines five TensorFlow CPU ops in three instruction-set
+``xor_popcount.cc`` (next to this file) defines six TensorFlow CPU ops in three instruction-set
 variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
 registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, the same
-compared with thresholds and packed, or mapped to logits, thresholds of int32 products, and the
-exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`). The first call to
+compared with thresholds and packed, or mapped to logits, thresholds of int32 products, the
+exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 convolution whose
+float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`). The first call to
 :func:`library` compiles it with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
 against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
 with its own per-function target, so one build runs every variant the CPU has), caches the shared
@@ -20,8 +21,8 @@ on any CPU (so the AVX2 kernels can be tested and timed on an AVX-512 machine).
 When anything is missing (no compiler, no TensorFlow headers, a failed build or check, a forced
 variant the CPU lacks) or ``BNN_NATIVE_KERNELS=0`` is set, :func:`library` returns ``None`` and
 :func:`unavailable_reason` says why; :class:`bnn.packing.PackedModel` then uses its
-pure-TensorFlow XLA kernels, which give the same integers. Nothing else in bnn needs these
-kernels.
+pure-TensorFlow XLA kernels, which give the same integers, and binary layers train on their
+XLA products (:func:`bnn.bitops.native_training_ops`). Nothing in bnn requires these kernels.
 """
 
 from __future__ import annotations

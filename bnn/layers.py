@@ -194,7 +194,7 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         if self._packed_product() and len(x.shape) == 2:
             # a kernel kept in range goes in latent: its sign happens inside the packing
             kernel = self.kernel if self._kernel_kept_in_range() else self._effective_kernel()
-            x = bitops.binary_matmul(x, kernel, training=bool(training))
+            x = bitops.binary_matmul(x, kernel, training=training is True)
         else:
             x = ops.matmul(x, self._effective_kernel())
         if self.bias is not None:
@@ -260,7 +260,7 @@ class BinaryConv2D(_QuantizedLayer, keras.layers.Conv2D):
             return None
         if self.padding == "valid" or self.pad_values in (1.0, -1.0):
             return bitops.binary_conv2d(x, kernel, self.strides, self.padding, self.pad_values,
-                                        training=bool(training))
+                                        training=training is True)
         return None
 
     def call(self, inputs, training=None):

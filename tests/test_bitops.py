@@ -144,6 +144,72 @@ def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(monkeypatch, p
     np.testing.assert_allclose(dw, dw_ref, rtol=1e-5, atol=1e-4)
 
 
+needs_native = pytest.mark.skipif(not bnn.kernels.preferred(),
+                                  reason="the native kernels are not used on this machine")
+
+
+def _op_types(fn, *args) -> set[str]:
+    """The op types of ``fn`` traced on ``args``, nested functions included."""
+    graph = tf.function(fn).get_concrete_function(*args).graph
+    types = {op.type for op in graph.get_operations()}
+    for function in graph._functions.values():
+        types |= {node.op for node in function.definition.node_def}
+    return types
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("layer", ["conv", "dense"])
+def test_training_products_run_natively_with_the_same_results_and_gradients(layer, dtype):
+    """training=True outside XLA takes the native kernels' product: the same values and
+    gradients as the XLA product that inference (training=False) keeps."""
+    rng = np.random.default_rng(8)
+    if layer == "conv":
+        x, w = _pm1(rng, (3, 9, 8, 70)), rng.uniform(-1, 1, (3, 3, 70, 65)).astype("float32")
+        fn = lambda a, b, training: bitops.binary_conv2d(  # noqa: E731
+            a, b, (2, 1), "same", -1.0, training=training)
+    else:
+        x, w = _pm1(rng, (7, 130)), rng.uniform(-1, 1, (130, 66)).astype("float32")
+        fn = lambda a, b, training: bitops.binary_matmul(a, b, training=training)  # noqa: E731
+    x, w = tf.constant(x, dtype), tf.constant(w, dtype)
+    dy = tf.constant(rng.integers(-3, 4, fn(x, w, False).shape), dtype)
+    runs = [_grads(lambda a, b, t=training: fn(a, b, t), x, w, dy) for training in (True, False)]
+    for native, xla in zip(*runs):
+        np.testing.assert_array_equal(native.astype("float32"), xla.astype("float32"))
+    assert "BnnXorPopcountConv2d" in _op_types(lambda a, b: fn(a, b, True), x, w)
+    assert "BnnXorPopcountConv2d" not in _op_types(lambda a, b: fn(a, b, False), x, w)
+    assert "BnnXorPopcountConv2d" not in _op_types(
+        tf.function(lambda a, b: fn(a, b, True), jit_compile=True), x, w)
+
+
+def test_training_products_stay_on_xla_without_native_kernels(monkeypatch):
+    monkeypatch.setenv("BNN_NATIVE_KERNELS", "0")
+    assert bitops.native_training_ops(tf.float32) is None
+    x, w = tf.constant(_pm1(np.random.default_rng(0), (2, 64))), tf.ones((64, 3))
+    assert "BnnXorPopcountConv2d" not in _op_types(
+        lambda a, b: bitops.binary_matmul(a, b, training=True), x, w)
+
+
+@needs_native
+def test_exported_binary_model_needs_no_custom_op(tmp_path):
+    model = bnn.models.build("vgg_small", "binary", filters=(8, 8, 16, 16, 16, 16),
+                             dense_units=(16, 16))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(1).random((2, 32, 32, 3)).astype("float32")
+    model.train_on_batch(x, np.array([1, 2]))
+    model.export(str(tmp_path / "saved"), verbose=False)
+    graph = tf.saved_model.load(str(tmp_path / "saved"))
+    types = {node.op for f in graph.serve.concrete_functions
+             for node in f.graph.as_graph_def().node}
+    for f in graph.serve.concrete_functions:
+        for fdef in f.graph.as_graph_def().library.function:
+            types |= {node.op for node in fdef.node_def}
+    assert "PopulationCount" in types  # the XLA product, read from the nested functions
+    assert "BnnXorPopcountConv2d" not in types
+    np.testing.assert_allclose(graph.serve(x).numpy(), model(x, training=False).numpy(),
+                               rtol=1e-5, atol=1e-4)
+
+
 def test_binary_conv2d_rejects_a_padding_value_that_is_not_plus_minus_one():
     x = tf.ones((1, 4, 4, 3))
     with pytest.raises(ValueError, match="pads with \\+1 or -1 only"):

@@ -173,6 +173,59 @@ def test_table_kernel_layout_holds_four_weight_bits_per_byte():
     np.testing.assert_array_equal(table, expected)
 
 
+def _conv_reference(x, w, strides):
+    """numpy "valid" convolution of ±1 ``x`` (batch, h, w, c) and ``w`` (kh, kw, c, f)."""
+    kh, kw, _, _ = w.shape
+    sh, sw = strides
+    ho = max(0, (x.shape[1] - kh) // sh + 1)  # an input smaller than the kernel: no positions
+    wo = max(0, (x.shape[2] - kw) // sw + 1)
+    out = np.zeros((x.shape[0], ho, wo, w.shape[3]))
+    for i in range(ho):
+        for j in range(wo):
+            patch = x[:, i * sh:i * sh + kh, j * sw:j * sw + kw]
+            out[:, i, j] = np.einsum("bhwc,hwcf->bf", patch, w)
+    return out
+
+
+def _conv_words(x, w):
+    """``x`` packed along channels, ``w`` packed along its input channels and flattened over
+    its taps, as BnnXorPopcountConv2d takes them."""
+    b, h, wd, c = x.shape
+    kh, kw, _, f = w.shape
+    words = -(-c // 64)
+    xw = pack_bits(x.reshape(-1, c), axis=1).reshape(b, h, wd, words)
+    ww = pack_bits(w.transpose(3, 0, 1, 2).reshape(-1, c), axis=1).reshape(f, kh * kw * words)
+    return xw, np.ascontiguousarray(ww.T)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(0, 4), size=st.integers(1, 9), c=st.integers(1, 140),
+       f=st.integers(1, 130), kernel=st.sampled_from([(1, 1), (3, 3), (2, 3)]),
+       strides=st.sampled_from([(1, 1), (2, 2), (1, 2)]), seed=st.integers(0, 2**16))
+def test_conv_kernel_equals_numpy_convolution(variant, dtype, batch, size, c, f, kernel, strides,
+                                              seed):
+    rng = np.random.default_rng(seed)
+    x, w = _signs(rng, (batch, size, size + 1, c)), _signs(rng, (*kernel, c, f))
+    xw, ww = _conv_words(x, w)
+    y = kernels.ops(variant).xor_popcount_conv2d(xw, ww, kernel, strides,
+                                                 kernel[0] * kernel[1] * c, dtype)
+    expected = _conv_reference(x, w, strides)
+    assert y.dtype == dtype and tuple(y.shape) == expected.shape
+    # bfloat16 holds integers up to 256 exactly and rounds larger ones to nearest even
+    want = tf.cast(tf.constant(expected, tf.float32), dtype).numpy().astype(np.float32)
+    np.testing.assert_array_equal(y.numpy().astype(np.float32), want)
+
+
+@needs_native
+def test_conv_kernel_rejects_a_kernel_of_the_wrong_depth():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="needs 9 rows of w, got 8"):
+        kernels.ops().xor_popcount_conv2d(np.zeros((1, 4, 4, 1), np.int64),
+                                          np.zeros((8, 3), np.int64), (3, 3), (1, 1), 27)
+
+
 @needs_native
 def test_kernels_run_inside_a_tf_function_with_unknown_batch():
     rng = np.random.default_rng(0)
@@ -205,6 +258,13 @@ def fresh_state(monkeypatch):
     """A kernels module that has not tried to build yet (restored afterwards)."""
     monkeypatch.setattr(kernels, "_state", {})
     return monkeypatch
+
+
+@needs_native
+def test_kernels_first_asked_while_tracing_build_and_check_eagerly(fresh_state):
+    traced = tf.function(lambda: tf.constant(kernels.available()))
+    assert bool(traced().numpy())
+    assert kernels.unavailable_reason() is None
 
 
 def test_disabled_by_environment_gives_a_reason_and_packed_model_falls_back(fresh_state,
