@@ -1,17 +1,17 @@
-"""Native xor-popcount kernels for packed inference, built on first use.
+"""Native xor-popcount kernels for packed inference and training, built on first use.
 
 ``xor_popcount.cc`` (next to this file) defines six TensorFlow CPU ops in three instruction-set
 variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
 registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, the same
 compared with thresholds and packed, or mapped to logits, thresholds of int32 products, the
 exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 convolution whose
-float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`). The first call to
-:func:`library` compiles it with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
-against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
-with its own per-function target, so one build runs every variant the CPU has), caches the shared
-library under :func:`cache_dir`, loads it with ``tf.load_op_library``, asks it which variants
-this CPU runs and checks each against numpy on a small case. Later processes load the cached
-file (about 0.1 s); a build takes about 15 s.
+float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
+The first call to :func:`library` compiles it with the host's C++ compiler (``$CXX``, else
+``g++`` or ``c++``) against the installed TensorFlow's headers (on x86 for a baseline x86-64
+CPU, each vector variant with its own per-function target, so one build runs every variant the
+CPU has), caches the shared library under :func:`cache_dir`, loads it with
+``tf.load_op_library``, asks it which variants this CPU runs and checks each against numpy on a
+small case. Later processes load the cached file (about 0.1 s); a build takes about 15 s.
 
 ``BNN_NATIVE_KERNELS`` (see :func:`setting`) chooses: unset or ``auto``, the best variant the CPU
 runs, used by :class:`bnn.packing.PackedModel` where :func:`preferred`; ``0``, no native kernels;
