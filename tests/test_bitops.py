@@ -148,13 +148,17 @@ needs_native = pytest.mark.skipif(not bnn.kernels.preferred(),
                                   reason="the native kernels are not used on this machine")
 
 
+def _graph_op_types(graph_def) -> set[str]:
+    """The op types of a ``GraphDef``, those of the functions it calls included."""
+    types = {node.op for node in graph_def.node}
+    for function in graph_def.library.function:
+        types |= {node.op for node in function.node_def}
+    return types
+
+
 def _op_types(fn, *args) -> set[str]:
     """The op types of ``fn`` traced on ``args``, nested functions included."""
-    graph = tf.function(fn).get_concrete_function(*args).graph
-    types = {op.type for op in graph.get_operations()}
-    for function in graph._functions.values():
-        types |= {node.op for node in function.definition.node_def}
-    return types
+    return _graph_op_types(tf.function(fn).get_concrete_function(*args).graph.as_graph_def())
 
 
 @needs_native
@@ -199,11 +203,8 @@ def test_exported_binary_model_needs_no_custom_op(tmp_path):
     model.train_on_batch(x, np.array([1, 2]))
     model.export(str(tmp_path / "saved"), verbose=False)
     graph = tf.saved_model.load(str(tmp_path / "saved"))
-    types = {node.op for f in graph.serve.concrete_functions
-             for node in f.graph.as_graph_def().node}
-    for f in graph.serve.concrete_functions:
-        for fdef in f.graph.as_graph_def().library.function:
-            types |= {node.op for node in fdef.node_def}
+    types = set().union(*(_graph_op_types(f.graph.as_graph_def())
+                          for f in graph.serve.concrete_functions))
     assert "PopulationCount" in types  # the XLA product, read from the nested functions
     assert "BnnXorPopcountConv2d" not in types
     np.testing.assert_allclose(graph.serve(x).numpy(), model(x, training=False).numpy(),
