@@ -6,7 +6,9 @@ registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, 
 compared with thresholds and packed, or mapped to logits, thresholds of int32 products, the
 exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 convolution whose
 float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
-The first call to :func:`library` compiles it with the host's C++ compiler (``$CXX``, else
+``adam_update.cc`` adds one more, the one-pass Adam update (and weight clip) of
+:class:`bnn.optimizers.Adam` (:meth:`Ops.adam_update`). The first call to :func:`library`
+compiles both with the host's C++ compiler (``$CXX``, else
 ``g++`` or ``c++``) against the installed TensorFlow's headers (on x86 for a baseline x86-64
 CPU, each vector variant with its own per-function target, so one build runs every variant the
 CPU has), caches the shared library under :func:`cache_dir`, loads it with
@@ -42,12 +44,14 @@ import tensorflow as tf
 
 from bnn import cpu, progress, settings
 
-__all__ = ["SOURCE", "VARIANTS", "Ops", "cache_dir", "setting", "library", "available",
+__all__ = ["SOURCE", "SOURCES", "VARIANTS", "Ops", "cache_dir", "setting", "library", "available",
            "preferred", "variant", "variants", "unavailable_reason", "ops", "table_kernel",
            "xor_popcount", "xor_popcount_sign", "xor_popcount_affine", "threshold_pack",
            "pixel_table_sign"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
+#: Every source compiled into the library: the xor-popcount ops and the Adam update.
+SOURCES = (SOURCE, Path(__file__).with_name("adam_update.cc"))
 #: Instruction-set variants of the ops, slowest first.
 VARIANTS = settings.KERNEL_VARIANTS
 _BUILD_TIMEOUT_S = 600
@@ -117,8 +121,8 @@ def _target_flags() -> list[str]:
 
 
 def _command(compiler: str, output: Path) -> list[str]:
-    return [compiler, "-O3", *_target_flags(), "-ffp-contract=off", "-shared", "-fPIC", "-w",
-            str(SOURCE),
+    return [compiler, "-O3", *_target_flags(), "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC", "-w",
+            *(str(source) for source in SOURCES),
             "-o", str(output), *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
@@ -134,7 +138,7 @@ def _build(choice: str) -> _Loaded:
         return _Loaded(None, reason="no C++ compiler found (set CXX or install g++)")
     command = _command(compiler, Path("OUT"))
     key = hashlib.sha256("\n".join([
-        SOURCE.read_text(), tf.__version__, tf.sysconfig.get_lib(), compiler, *command,
+        *(source.read_text() for source in SOURCES), tf.__version__, tf.sysconfig.get_lib(), compiler, *command,
         _cpu_signature()]).encode()).hexdigest()[:20]
     target = cache_dir() / f"xor_popcount-{key}.so"
     if not target.exists():
@@ -142,13 +146,14 @@ def _build(choice: str) -> _Loaded:
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
                 partial = Path(tmp) / target.name
-                with progress.phase("building the native xor-popcount kernels (once)"):
+                with progress.phase("building the native kernels (once)"):
                     done = subprocess.run(_command(compiler, partial), capture_output=True,
                                           text=True, timeout=_BUILD_TIMEOUT_S)
                 if done.returncode != 0:
                     errors = [line for line in done.stderr.splitlines() if "error" in line]
                     last = (errors or done.stderr.strip().splitlines() or ["no output"])[-1]
-                    return _Loaded(None, reason=f"compiling {SOURCE.name} failed: "
+                    names = " and ".join(source.name for source in SOURCES)
+                    return _Loaded(None, reason=f"compiling {names} failed: "
                                    f"{last.strip()}")
                 os.replace(partial, target)  # atomic: concurrent builders write the same file
         except (OSError, subprocess.SubprocessError) as exc:
@@ -221,6 +226,36 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
             return f"native kernels ({isa}) gave wrong results in their check"
+    return _adam_check(lib)
+
+
+def adam_reference(var, m, v, grad, alpha, beta1, beta2, epsilon, clip=np.inf):
+    """:meth:`Ops.adam_update` in numpy float32, the same expressions in the same order."""
+    f = np.float32
+    var, m, v, grad = (np.asarray(a, f) for a in (var, m, v, grad))
+    m = m + (grad - m) * (f(1) - f(beta1))
+    v = v + (grad * grad - v) * (f(1) - f(beta2))
+    var = var - (m * f(alpha)) / (np.sqrt(v) + f(epsilon))
+    return np.clip(var, -f(clip), f(clip)), m, v
+
+
+def _adam_check(lib) -> str | None:
+    """Compares the Adam update with numpy on a small case, float32 and bfloat16 gradients."""
+    rng = np.random.default_rng(11)
+    var, m, grad = (rng.normal(0, 1, (3, 37)).astype(np.float32) for _ in range(3))
+    v = np.abs(rng.normal(0, 1, (3, 37))).astype(np.float32)
+    grad = (grad.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)  # exact in bfloat16
+    expected = adam_reference(var, m, v, grad, 0.01, 0.9, 0.999, 1e-7, 1.0)
+    for dtype in (tf.float32, tf.bfloat16):
+        variables = [tf.Variable(value) for value in (var, m, v)]
+        try:
+            lib.bnn_adam_update(*(variable.handle for variable in variables),
+                                tf.cast(grad, dtype), *(np.float32(value) for value in
+                                                        (0.01, 0.9, 0.999, 1e-7, 1.0)))
+        except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
+            return f"native Adam update failed its check: {exc}"
+        if not all(np.array_equal(g.numpy(), e) for g, e in zip(variables, expected)):
+            return f"native Adam update gave wrong results in its check ({dtype.name} gradient)"
     return None
 
 
@@ -323,6 +358,17 @@ class Ops:
         return self._lib.bnn_xor_popcount_conv2d(x_words, w_words, kh=int(kh), kw=int(kw),
                                                  sh=int(sh), sw=int(sw), n=int(n), T=dtype,
                                                  isa=self.variant)
+
+    def adam_update(self, var, m, v, grad: tf.Tensor, alpha: tf.Tensor, beta1: tf.Tensor,
+                    beta2: tf.Tensor, epsilon: tf.Tensor, clip: tf.Tensor = float("inf")):
+        """One Adam step, in place, on the float32 resource variables ``var``, ``m`` and ``v``
+        (TensorFlow variables or their handles) with a float32 or bfloat16 ``grad`` and the
+        step's rate ``alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t)``, in TensorFlow's
+        ``ApplyAdam`` expressions, ``var`` then clipped to ``[-clip, clip]``: one pass over
+        memory. Returns the op (``None`` eagerly)."""
+        handles = (getattr(variable, "handle", variable) for variable in (var, m, v))
+        scalars = (tf.cast(value, tf.float32) for value in (alpha, beta1, beta2, epsilon, clip))
+        return self._lib.bnn_adam_update(*handles, grad, *scalars)
 
     def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
         """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""

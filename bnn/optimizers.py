@@ -19,6 +19,10 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from bnn import kernels
+from bnn.constraints import WeightClip
+from bnn.xla import in_xla_context
+
 __all__ = [
     "Adam", "Bop", "CaseOptimizer", "VariablePaths", "binary_kernel_layers",
     "is_binary_variable_of", "make_optimizer", "OPTIMIZERS",
@@ -47,6 +51,13 @@ class Adam(keras.optimizers.Adam):
     compiles to the same fused loop as Keras' update. Anything else (sparse gradients,
     ``amsgrad``, other backends) takes Keras' update.
 
+    A float32 variable whose constraint is a :class:`bnn.constraints.WeightClip` (the latent
+    kernels of binary layers) is updated and clipped in one pass, by the native kernels' Adam
+    update (:meth:`bnn.kernels.Ops.adam_update`, the same float32 results as
+    ``ResourceApplyAdam`` followed by the clip), where they run (:func:`bnn.kernels.preferred`)
+    and XLA does not compile the step; Keras would clip it in a second pass over the weights
+    after the update (docs/speed.md, "The optimizer step").
+
     Example::
 
         model.compile(optimizer=bnn.optimizers.Adam(1e-3), loss="mse")
@@ -57,6 +68,36 @@ class Adam(keras.optimizers.Adam):
                 and not isinstance(gradient, tf.IndexedSlices)
                 and keras.backend.standardize_dtype(variable.dtype) in _FUSED_DTYPES)
 
+    def _clip_in_update(self, gradient, variable) -> bool:
+        """Whether ``variable``'s ``WeightClip`` can run inside its update, on the native one-pass
+        update: a dense float32 (or bfloat16) gradient of a float32 variable, in a step that XLA
+        does not compile (XLA fuses the clip itself), where the native kernels run."""
+        return (type(variable.constraint) is WeightClip and gradient is not None
+                and self._fused(gradient, variable) and not in_xla_context()
+                and keras.backend.standardize_dtype(variable.dtype) == "float32"
+                and gradient.dtype in (tf.float32, tf.bfloat16) and kernels.preferred())
+
+    def apply(self, grads, trainable_variables=None):
+        """Keras' ``apply``, where each variable whose ``WeightClip`` can run inside its update
+        (:meth:`_clip_in_update`) is updated and clipped in one pass: its constraint is set
+        aside while Keras' update runs (Keras would clip it in a second pass), then restored."""
+        variables = (getattr(self, "_trainable_variables", []) if trainable_variables is None
+                     else list(trainable_variables))
+        grads = list(grads)
+        set_aside = [variable for gradient, variable in zip(grads, variables)
+                     if self._clip_in_update(gradient, variable)]
+        constraints = [variable.constraint for variable in set_aside]
+        self._clips = {self._var_key(variable): constraint.clip_value
+                       for variable, constraint in zip(set_aside, constraints)}
+        try:
+            for variable in set_aside:
+                variable.constraint = None
+            return super().apply(grads, trainable_variables)
+        finally:
+            for variable, constraint in zip(set_aside, constraints):
+                variable.constraint = constraint
+            self._clips = {}
+
     def update_step(self, gradient, variable, learning_rate):
         if not self._fused(gradient, variable):
             return super().update_step(gradient, variable, learning_rate)
@@ -64,6 +105,15 @@ class Adam(keras.optimizers.Adam):
         step = ops.cast(self.iterations + 1, dtype)
         index = self._get_variable_index(variable)
         scalar = lambda value: ops.cast(value, dtype)  # noqa: E731
+        clip = getattr(self, "_clips", {}).get(self._var_key(variable))
+        if clip is not None:
+            alpha = (scalar(learning_rate) * ops.sqrt(1 - ops.power(scalar(self.beta_2), step))
+                     / (1 - ops.power(scalar(self.beta_1), step)))
+            kernels.ops().adam_update(
+                _handle(variable), _handle(self._momentums[index]),
+                _handle(self._velocities[index]), gradient, alpha, self.beta_1, self.beta_2,
+                self.epsilon, clip)
+            return
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(self._momentums[index]),
             v=_handle(self._velocities[index]),

@@ -220,6 +220,60 @@ def test_conv_kernel_equals_numpy_convolution(variant, dtype, batch, size, c, f,
 
 
 @needs_native
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@settings(max_examples=10, deadline=None)
+@given(shape=st.sampled_from([(1,), (7,), (3, 37), (130, 70)]), step=st.integers(1, 50),
+       clip=st.sampled_from([0.05, 1.0, float("inf")]), seed=st.integers(0, 2**16))
+def test_adam_update_equals_numpy_and_tensorflows_adam_then_clip(dtype, shape, step, clip, seed):
+    rng = np.random.default_rng(seed)
+    var, m, grad = (rng.normal(0, 0.1, shape).astype(np.float32) for _ in range(3))
+    v = (rng.random(shape) * 0.01).astype(np.float32)
+    grad = tf.cast(grad, dtype)  # the bfloat16 case widens exactly what it holds
+    b1, b2, eps, lr = 0.9, 0.999, 1e-7, 0.05
+    powers = [np.float32(b) ** np.float32(step) for b in (b1, b2)]
+    alpha = tf.constant(lr, tf.float32) * tf.sqrt(1 - powers[1]) / (1 - powers[0])
+    ours = [tf.Variable(a) for a in (var, m, v)]
+    kernels.ops().adam_update(*ours, grad, alpha, b1, b2, eps, clip)
+    expected = kernels.adam_reference(var, m, v, tf.cast(grad, tf.float32).numpy(),
+                                      alpha.numpy(), b1, b2, eps, clip)
+    for got, want in zip(ours, expected):
+        np.testing.assert_array_equal(got.numpy(), want)
+    theirs = [tf.Variable(a) for a in (var, m, v)]
+    tf.raw_ops.ResourceApplyAdam(var=theirs[0].handle, m=theirs[1].handle, v=theirs[2].handle,
+                                 beta1_power=powers[0], beta2_power=powers[1], lr=lr, beta1=b1,
+                                 beta2=b2, epsilon=eps, grad=tf.cast(grad, tf.float32))
+    theirs[0].assign(tf.clip_by_value(theirs[0], -clip, clip))
+    for got, want in zip(ours, theirs):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    if clip == 0.05 and len(shape) == 2:  # the clip was exercised
+        assert np.abs(ours[0].numpy()).max() == np.float32(0.05)
+
+
+@needs_native
+def test_adam_update_keeps_an_earlier_read_of_the_variable():
+    var = tf.Variable(np.ones(5, np.float32))
+    m, v = tf.Variable(np.zeros(5, np.float32)), tf.Variable(np.zeros(5, np.float32))
+
+    @tf.function
+    def step():
+        before = var.read_value()
+        with tf.control_dependencies([before]):
+            kernels.ops().adam_update(var, m, v, tf.ones(5), 0.5, 0.9, 0.999, 1e-7, 10.0)
+        with tf.control_dependencies([var.read_value()]):
+            return tf.identity(before)
+
+    np.testing.assert_array_equal(step().numpy(), np.ones(5, np.float32))
+    assert np.all(var.numpy() < 1)
+
+
+@needs_native
+def test_adam_update_rejects_mismatched_shapes():
+    var, m, v = (tf.Variable(np.zeros(4, np.float32)) for _ in range(3))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one shape"):
+        kernels.ops().adam_update(var, m, v, tf.zeros(5), 0.1, 0.9, 0.999, 1e-7)
+
+
+@needs_native
 def test_conv_kernel_rejects_a_kernel_of_the_wrong_depth():
     with pytest.raises(tf.errors.InvalidArgumentError, match="needs 9 rows of w, got 8"):
         kernels.ops().xor_popcount_conv2d(np.zeros((1, 4, 4, 1), np.int64),
@@ -335,7 +389,7 @@ def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
     fresh_state.setenv("BNN_CACHE_DIR", str(tmp_path))
     fresh_state.setenv("CXX", "false")  # a "compiler" that always fails
     assert not kernels.available()
-    assert kernels.unavailable_reason().startswith("compiling xor_popcount.cc failed")
+    assert kernels.unavailable_reason().startswith("compiling xor_popcount.cc and adam_update.cc failed")
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
 
 

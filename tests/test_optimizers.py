@@ -264,3 +264,70 @@ def test_fused_adam_updates_with_the_fused_kernel_and_round_trips(tmp_path):
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert type(loaded.optimizer) is Adam and loaded.optimizer.beta_1 == pytest.approx(0.8)
     assert int(loaded.optimizer.iterations) == int(model.optimizer.iterations) == 2
+
+
+needs_native = pytest.mark.skipif(not bnn.kernels.preferred(),
+                                  reason="the native kernels do not run here")
+
+
+def _clipped_twins(policy):
+    """A binary MLP trained 3 steps by bnn's Adam with its weight clips inside the native update,
+    and the same with Keras' separate clip, from the same start, kernels near the clip value."""
+    x, y = learnable_data(64)
+    trained = []
+    for in_update in (True, False):
+        keras.utils.set_random_seed(3)
+        previous = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            model = tiny_mlp()
+        finally:
+            keras.mixed_precision.set_global_policy(previous)
+        optimizer = Adam(0.05)
+        if not in_update:
+            optimizer._clip_in_update = lambda gradient, variable: False
+        model.compile(optimizer=optimizer, jit_compile=False,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.build((None, 8, 8))
+        for variable in model.trainable_variables:
+            if "kernel" in variable.path:
+                variable.assign(np.sign(variable.numpy()) * 0.97)
+        for _ in range(3):
+            model.train_on_batch(x, y)
+        trained.append(model)
+    return trained
+
+
+@needs_native
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_adam_clips_in_its_update_as_keras_clips_after_it(policy):
+    ours, theirs = _clipped_twins(policy)
+    clipped = 0
+    for a, b in zip(ours.weights, theirs.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+        clipped += int(np.sum(np.abs(a.numpy()) == 1.0)) if "kernel" in a.path else 0
+    assert clipped > 0  # some weights reached the clip
+    for variable in ours.trainable_variables:  # the constraints are back after the steps
+        assert ("kernel" in variable.path) == isinstance(variable.constraint,
+                                                         bnn.constraints.WeightClip)
+
+
+@needs_native
+def test_adam_runs_clipped_updates_natively_outside_xla_only():
+    model = tiny_mlp()
+    model.compile(optimizer=Adam(1e-3), loss="mse")
+    model.build((None, 8, 8))
+    variables = model.trainable_variables
+
+    def ops_of(jit):
+        fn = tf.function(lambda: model.optimizer.apply([tf.ones_like(v) for v in variables],
+                                                       variables), jit_compile=jit)
+        return [op.type for op in fn.get_concrete_function().graph.get_operations()]
+
+    kernels_clipped = sum(isinstance(v.constraint, bnn.constraints.WeightClip) for v in variables)
+    plain = ops_of(False)
+    assert plain.count("BnnAdamUpdate") == kernels_clipped == 3
+    assert plain.count("ResourceApplyAdam") == len(variables) - kernels_clipped
+    assert "ClipByValue" not in plain
+    compiled = ops_of(True)
+    assert "BnnAdamUpdate" not in compiled and compiled.count("ClipByValue") == kernels_clipped
