@@ -45,7 +45,7 @@ class Adam(keras.optimizers.Adam):
     gradient and without ``amsgrad``, a variable's update runs as TensorFlow's
     ``ResourceApplyAdam`` kernel, one multi-threaded pass over the variable, its two moments
     and its gradient, where Keras' generic update is a dozen elementwise ops, each its own pass
-    over memory when the train step is not XLA-compiled. For the 12.6 M weights of the BinaryNet
+    over memory when the train step is not XLA-compiled. For the 10.0 M weights of the BinaryNet
     MLP that is about a quarter of a train step on a CPU. The kernel evaluates the same
     expressions in another order, so results equal Keras' Adam's to float rounding. Under XLA it
     compiles to the same fused loop as Keras' update. Anything else (sparse gradients,
@@ -56,7 +56,7 @@ class Adam(keras.optimizers.Adam):
     update (:meth:`bnn.kernels.Ops.adam_update`, the same float32 results as
     ``ResourceApplyAdam`` followed by the clip), where they run (:func:`bnn.kernels.preferred`)
     and XLA does not compile the step; Keras would clip it in a second pass over the weights
-    after the update (docs/speed.md, "The optimizer step").
+    after the update (docs/speed.md, "Adam in one kernel").
 
     Example::
 
