@@ -189,7 +189,7 @@ class AdamUpdateOp : public OpKernel {
     float* v = data[2];
     const T* g = grad.flat<T>().data();
     const int64_t size = grad.NumElements();
-    const bool avx2 = HasAvx2();
+    static const bool avx2 = HasAvx2();  // the CPU does not change
     auto work = [=](int64_t first, int64_t last) {
       const Range<T> range{g, m, v, w, alpha, keep1, keep2, epsilon, clip};
       if (avx2) {

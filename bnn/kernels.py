@@ -47,7 +47,7 @@ from bnn import cpu, progress, settings
 __all__ = ["SOURCE", "SOURCES", "VARIANTS", "Ops", "cache_dir", "setting", "library", "available",
            "preferred", "variant", "variants", "unavailable_reason", "ops", "table_kernel",
            "xor_popcount", "xor_popcount_sign", "xor_popcount_affine", "threshold_pack",
-           "pixel_table_sign"]
+           "pixel_table_sign", "adam_reference"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
 #: Every source compiled into the library: the xor-popcount ops and the Adam update.
@@ -121,8 +121,8 @@ def _target_flags() -> list[str]:
 
 
 def _command(compiler: str, output: Path) -> list[str]:
-    return [compiler, "-O3", *_target_flags(), "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC", "-w",
-            *(str(source) for source in SOURCES),
+    return [compiler, "-O3", *_target_flags(), "-ffp-contract=off", "-fno-math-errno", "-shared",
+            "-fPIC", "-w", *(str(source) for source in SOURCES),
             "-o", str(output), *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
 
 
@@ -138,8 +138,8 @@ def _build(choice: str) -> _Loaded:
         return _Loaded(None, reason="no C++ compiler found (set CXX or install g++)")
     command = _command(compiler, Path("OUT"))
     key = hashlib.sha256("\n".join([
-        *(source.read_text() for source in SOURCES), tf.__version__, tf.sysconfig.get_lib(), compiler, *command,
-        _cpu_signature()]).encode()).hexdigest()[:20]
+        *(source.read_text() for source in SOURCES), tf.__version__, tf.sysconfig.get_lib(),
+        compiler, *command, _cpu_signature()]).encode()).hexdigest()[:20]
     target = cache_dir() / f"xor_popcount-{key}.so"
     if not target.exists():
         try:

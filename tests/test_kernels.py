@@ -389,7 +389,8 @@ def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
     fresh_state.setenv("BNN_CACHE_DIR", str(tmp_path))
     fresh_state.setenv("CXX", "false")  # a "compiler" that always fails
     assert not kernels.available()
-    assert kernels.unavailable_reason().startswith("compiling xor_popcount.cc and adam_update.cc failed")
+    assert kernels.unavailable_reason().startswith(
+        "compiling xor_popcount.cc and adam_update.cc failed")
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
 
 
