@@ -27,8 +27,7 @@ from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
-           "native_training_ops",
-           "xla_conv_gradients"]
+           "native_training_ops", "xla_conv_gradients", "conv_gradient_kernels"]
 
 WORD_BITS = 64
 _BLOCK_WORDS = 4
@@ -303,15 +302,46 @@ def _conv2d_gradients_xla(x_words, w, dy, x_shape, strides, padding):
 _unpack_xla = compiled(unpack)
 
 
-def xla_conv_gradients() -> bool:
-    """Whether :func:`binary_conv2d` computes its gradients with XLA where the model itself is
-    not compiled: on by default on a CPU without AVX-512 and with no GPU in sight (there, XLA's
-    backward convolutions took 0.4-0.8x the time of TensorFlow's on VGG-small's layers), off
-    with ``BNN_CONV_GRADIENTS=tensorflow``, forced on with ``BNN_CONV_GRADIENTS=xla``."""
+def conv_gradient_kernels(dtype: tf.DType = tf.float32) -> str:
+    """Which kernels compute :func:`binary_conv2d`'s gradients, for gradients in ``dtype``,
+    where the model itself is not compiled by XLA:
+
+    - ``"xla"``: both gradients as one XLA computation. The default on a CPU without AVX-512
+      and with no GPU in sight: there, XLA's backward convolutions took 0.4-0.8x the time of
+      TensorFlow's on VGG-small's layers.
+    - ``"patches"``: the kernel gradient as one matrix product of the packed input's ±1 patches
+      (:meth:`bnn.kernels.Ops.sign_patches`) with the output gradient, the input gradient
+      TensorFlow's. The default for bfloat16 gradients on other CPUs with no GPU in sight:
+      there oneDNN's bfloat16 kernel-gradient convolution took up to 2.5x the time of its
+      forward convolution, and its matrix product about 1x. Used where a training step runs
+      the native kernels (:func:`native_training_ops`); elsewhere TensorFlow's kernels.
+    - ``"tensorflow"``: TensorFlow's backward convolutions (oneDNN's on x86).
+
+    ``BNN_CONV_GRADIENTS`` overrides the choice (``auto``, the default, chooses as above)."""
     setting = settings.conv_gradients()
     if setting != "auto":
-        return setting == "xla"
-    return not tf.config.list_physical_devices("GPU") and "avx512f" not in cpu.flags()
+        return setting
+    if tf.config.list_physical_devices("GPU"):
+        return "tensorflow"
+    if "avx512f" not in cpu.flags():
+        return "xla"
+    return "patches" if dtype == tf.bfloat16 else "tensorflow"
+
+
+def xla_conv_gradients() -> bool:
+    """Whether :func:`conv_gradient_kernels` chooses XLA (for float32 gradients)."""
+    return conv_gradient_kernels() == "xla"
+
+
+def _conv2d_gradients_patches(native: kernels.Ops, x_words, w, dy, x_shape, strides, padding):
+    """:func:`_conv2d_gradients` with the kernel's gradient a product of the ±1 patches of the
+    packed input ``x_words`` with ``dy``."""
+    kh, kw, c, filters = (int(d) for d in w.shape)
+    dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=w, out_backprop=dy,
+                                        strides=[1, *strides, 1], padding=padding.upper())
+    patches = native.sign_patches(x_words, (kh, kw), strides, c, dy.dtype)
+    dw = tf.matmul(patches, tf.reshape(dy, [-1, filters]))
+    return dx, tf.reshape(dw, [kh, kw, c, filters])
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",
@@ -344,8 +374,12 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
     @tf.custom_gradient
     def op(x, w):
         def grad(dy):
-            if xla_conv_gradients() and not in_xla_context():
+            kernels_ = conv_gradient_kernels(dy.dtype)
+            if kernels_ == "xla" and not in_xla_context():
                 return _conv2d_gradients_xla(x_words, w, dy, tuple(x.shape[1:]), strides, padding)
+            if kernels_ == "patches" and native is not None:
+                return _conv2d_gradients_patches(native, x_words, w, dy, tf.shape(x), strides,
+                                                 padding)
             x_signs = _unpack_xla(x_words, int(x.shape[-1]), dy.dtype)
             return _conv2d_gradients(x_signs, w, dy, tf.shape(x), strides, padding)
 

@@ -6,14 +6,15 @@ registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, 
 compared with thresholds and packed, or mapped to logits, thresholds of int32 products, the
 exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 convolution whose
 float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
-``adam_update.cc`` adds one more, the one-pass Adam update (and weight clip) of
-:class:`bnn.optimizers.Adam` (:meth:`Ops.adam_update`). The first call to :func:`library`
-compiles both with the host's C++ compiler (``$CXX``, else
-``g++`` or ``c++``) against the installed TensorFlow's headers (on x86 for a baseline x86-64
-CPU, each vector variant with its own per-function target, so one build runs every variant the
-CPU has), caches the shared library under :func:`cache_dir`, loads it with
-``tf.load_op_library``, asks it which variants this CPU runs and checks each against numpy on a
-small case. Later processes load the cached file (about 0.1 s); a build takes about 15 s.
+``adam_update.cc`` adds the one-pass Adam update (and weight clip) of :class:`bnn.optimizers.Adam`
+(:meth:`Ops.adam_update`), and ``sign_patches.cc`` the ±1 patches of a packed image that binary
+convolutions take their kernel gradient from (:meth:`Ops.sign_patches`). The first call to
+:func:`library` compiles them with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
+against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
+with its own per-function target, so one build runs every variant the CPU has), caches the shared
+library under :func:`cache_dir`, loads it with ``tf.load_op_library``, asks it which variants this
+CPU runs and checks each against numpy on a small case. Later processes load the cached file (about
+0.1 s); a build takes about 20 s.
 
 ``BNN_NATIVE_KERNELS`` (see :func:`setting`) chooses: unset or ``auto``, the best variant the CPU
 runs, used by :class:`bnn.packing.PackedModel` where :func:`preferred`; ``0``, no native kernels;
@@ -50,8 +51,10 @@ __all__ = ["SOURCE", "SOURCES", "VARIANTS", "Ops", "cache_dir", "setting", "libr
            "pixel_table_sign", "adam_reference"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
-#: Every source compiled into the library: the xor-popcount ops and the Adam update.
-SOURCES = (SOURCE, Path(__file__).with_name("adam_update.cc"))
+#: Every source compiled into the library: the xor-popcount ops, the Adam update and the ±1
+#: patches of packed images.
+SOURCES = (SOURCE, Path(__file__).with_name("adam_update.cc"),
+           Path(__file__).with_name("sign_patches.cc"))
 #: Instruction-set variants of the ops, slowest first.
 VARIANTS = settings.KERNEL_VARIANTS
 _BUILD_TIMEOUT_S = 600
@@ -152,7 +155,8 @@ def _build(choice: str) -> _Loaded:
                 if done.returncode != 0:
                     errors = [line for line in done.stderr.splitlines() if "error" in line]
                     last = (errors or done.stderr.strip().splitlines() or ["no output"])[-1]
-                    names = " and ".join(source.name for source in SOURCES)
+                    *others, last_name = (source.name for source in SOURCES)
+                    names = f"{', '.join(others)} and {last_name}" if others else last_name
                     return _Loaded(None, reason=f"compiling {names} failed: "
                                    f"{last.strip()}")
                 os.replace(partial, target)  # atomic: concurrent builders write the same file
@@ -226,7 +230,24 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
             return f"native kernels ({isa}) gave wrong results in their check"
-    return _adam_check(lib)
+    return _adam_check(lib) or _patches_check(lib)
+
+
+def _patches_check(lib) -> str | None:
+    """Compares the ±1 patches with numpy on a small case with strides and ragged channels."""
+    rng = np.random.default_rng(13)
+    image = np.where(rng.random((2, 5, 9, 70)) < 0.5, 1.0, -1.0)
+    words = _pack_rows(image.reshape(-1, 70)).reshape(2, 5, 9, 2)
+    expected = np.concatenate([image[:, i:i + 3:2, j:j + 7:3].reshape(-1, 70)
+                               for i in range(2) for j in range(3)], axis=1).T
+    for dtype in (tf.float32, tf.bfloat16):
+        try:
+            got = lib.bnn_sign_patches(words, kh=2, kw=3, sh=2, sw=3, c=70, T=dtype).numpy()
+        except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
+            return f"native ±1 patches failed their check: {exc}"
+        if not np.array_equal(got.astype(np.float64), expected):
+            return f"native ±1 patches gave wrong results in their check ({dtype.name})"
+    return None
 
 
 def adam_reference(var, m, v, grad, alpha, beta1, beta2, epsilon, clip=np.inf):
@@ -369,6 +390,18 @@ class Ops:
         handles = (getattr(variable, "handle", variable) for variable in (var, m, v))
         scalars = (tf.cast(value, tf.float32) for value in (alpha, beta1, beta2, epsilon, clip))
         return self._lib.bnn_adam_update(*handles, grad, *scalars)
+
+    def sign_patches(self, x_words: tf.Tensor, kernel_size: tuple[int, int],
+                     strides: tuple[int, int], channels: int, dtype: tf.DType = tf.float32
+                     ) -> tf.Tensor:
+        """The transposed "valid" patches (im2col) of ``x`` ``(batch, h, w, words)``, packed
+        along its ``channels``, as ±1 in ``dtype`` (float32 or bfloat16): ``(kh * kw *
+        channels, batch * ho * wo)``, row ``(i * kw + j) * channels + k``, column ``(b * ho + y)
+        * wo + x`` holding channel ``k`` of pixel ``(b, y * sh + i, x * sw + j)``. Times the
+        output gradient ``(batch * ho * wo, filters)``, the convolution's kernel gradient."""
+        (kh, kw), (sh, sw) = kernel_size, strides
+        return self._lib.bnn_sign_patches(x_words, kh=int(kh), kw=int(kw), sh=int(sh),
+                                          sw=int(sw), c=int(channels), T=dtype)
 
     def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
         """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""

@@ -7,8 +7,9 @@ instead of being ignored. What ``"auto"`` means is decided where the setting is 
 
 - ``BNN_PACKED_FORWARD``: ``on`` / ``off`` / ``auto``, whether binary layers compute their forward
   products by xor-popcount (:func:`bnn.bitops.packed_training_enabled`);
-- ``BNN_CONV_GRADIENTS``: ``xla`` / ``tensorflow`` / ``auto``, which kernels compute binary
-  convolutions' gradients outside XLA-compiled models (:func:`bnn.bitops.xla_conv_gradients`);
+- ``BNN_CONV_GRADIENTS``: ``xla`` / ``patches`` / ``tensorflow`` / ``auto``, which kernels compute
+  binary convolutions' gradients outside XLA-compiled models
+  (:func:`bnn.bitops.conv_gradient_kernels`);
 - ``BNN_NATIVE_KERNELS``: ``on`` / ``off`` / ``auto`` or a variant of :data:`KERNEL_VARIANTS`,
   whether and which native xor-popcount kernels packed models use (:mod:`bnn.kernels`).
 """
@@ -43,9 +44,9 @@ def packed_forward() -> str:
 
 
 def conv_gradients() -> str:
-    """``BNN_CONV_GRADIENTS``: ``"xla"``, ``"tensorflow"`` or ``"auto"``."""
-    return _read("BNN_CONV_GRADIENTS", {w: w for w in ("xla", "tensorflow", "auto")},
-                 "'auto', 'xla' or 'tensorflow'")
+    """``BNN_CONV_GRADIENTS``: ``"xla"``, ``"patches"``, ``"tensorflow"`` or ``"auto"``."""
+    return _read("BNN_CONV_GRADIENTS", {w: w for w in ("xla", "patches", "tensorflow", "auto")},
+                 "'auto', 'xla', 'patches' or 'tensorflow'")
 
 
 def native_kernels() -> str:

@@ -120,10 +120,11 @@ def test_binary_matmul_in_bfloat16_has_the_gradients_of_the_bfloat16_product(jit
 
 @pytest.mark.parametrize("padding,pad_value", [("same", 1.0), ("same", -1.0), ("valid", 1.0)])
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 1)])
-@pytest.mark.parametrize("gradients", ["xla", "tensorflow"])
+@pytest.mark.parametrize("gradients", ["xla", "patches", "tensorflow"])
 def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(monkeypatch, padding, pad_value,
                                                                   strides, gradients):
     monkeypatch.setenv("BNN_CONV_GRADIENTS", gradients)
+    assert bitops.conv_gradient_kernels(tf.bfloat16) == gradients
     assert bitops.xla_conv_gradients() is (gradients == "xla")
     rng = np.random.default_rng(sum(strides))
     x, w = _pm1(rng, (3, 9, 8, 70)), _pm1(rng, (3, 3, 70, 5))
@@ -163,10 +164,14 @@ def _op_types(fn, *args) -> set[str]:
 
 @needs_native
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
-@pytest.mark.parametrize("layer", ["conv", "dense"])
-def test_training_products_run_natively_with_the_same_results_and_gradients(layer, dtype):
-    """training=True outside XLA takes the native kernels' product: the same values and
-    gradients as the XLA product that inference (training=False) keeps."""
+@pytest.mark.parametrize("layer, gradients", [("conv", "patches"), ("conv", "tensorflow"),
+                                              ("dense", "auto")])
+def test_training_products_run_natively_with_the_same_results_and_gradients(monkeypatch, layer,
+                                                                            gradients, dtype):
+    """training=True outside XLA takes the native kernels' product (and, with "patches", the
+    native patches for the kernel gradient): the same values and gradients as the XLA product
+    and TensorFlow's gradients that inference (training=False) keeps."""
+    monkeypatch.setenv("BNN_CONV_GRADIENTS", gradients)
     rng = np.random.default_rng(8)
     if layer == "conv":
         x, w = _pm1(rng, (3, 9, 8, 70)), rng.uniform(-1, 1, (3, 3, 70, 65)).astype("float32")
@@ -182,6 +187,14 @@ def test_training_products_run_natively_with_the_same_results_and_gradients(laye
         np.testing.assert_array_equal(native.astype("float32"), xla.astype("float32"))
     assert "BnnXorPopcountConv2d" in _op_types(lambda a, b: fn(a, b, True), x, w)
     assert "BnnXorPopcountConv2d" not in _op_types(lambda a, b: fn(a, b, False), x, w)
+
+    def gradients_of(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            loss = tf.reduce_sum(fn(a, b, True) * dy)
+        return tape.gradient(loss, [a, b])
+
+    assert ("BnnSignPatches" in _op_types(gradients_of, x, w)) is (gradients == "patches")
     assert "BnnXorPopcountConv2d" not in _op_types(
         tf.function(lambda a, b: fn(a, b, True), jit_compile=True), x, w)
 
@@ -219,11 +232,19 @@ def test_binary_conv2d_rejects_a_padding_value_that_is_not_plus_minus_one():
         bitops.binary_conv2d(x, tf.ones((3, 3, 3, 2)), (1, 1), "full")
 
 
-def test_conv_gradients_default_follows_the_cpu_and_gpu(monkeypatch):
+@pytest.mark.parametrize("gpu, flags, dtype, expected", [
+    (False, {"avx2"}, tf.float32, "xla"), (False, {"avx2"}, tf.bfloat16, "xla"),
+    (False, {"avx2", "avx512f"}, tf.float32, "tensorflow"),
+    (False, {"avx2", "avx512f"}, tf.bfloat16, "patches"),
+    (True, {"avx2"}, tf.bfloat16, "tensorflow"), (True, {"avx512f"}, tf.bfloat16, "tensorflow")])
+def test_conv_gradients_default_follows_the_cpu_gpu_and_dtype(monkeypatch, gpu, flags, dtype,
+                                                              expected):
     monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
-    expected = (not tf.config.list_physical_devices("GPU")
-                and "avx512f" not in cpu.flags())
-    assert bitops.xla_conv_gradients() is expected
+    monkeypatch.setattr(cpu, "flags", lambda: frozenset(flags))
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0"] if gpu and kind == "GPU" else [])
+    assert bitops.conv_gradient_kernels(dtype) == expected
+    assert bitops.xla_conv_gradients() is (not gpu and "avx512f" not in flags)
 
 
 def test_packed_forward_setting_rejects_unknown_values(monkeypatch):
@@ -234,8 +255,8 @@ def test_packed_forward_setting_rejects_unknown_values(monkeypatch):
 
 def test_conv_gradients_setting_rejects_unknown_values(monkeypatch):
     monkeypatch.setenv("BNN_CONV_GRADIENTS", "fast")
-    with pytest.raises(SettingError, match="BNN_CONV_GRADIENTS must be 'auto', 'xla' or "
-                                         "'tensorflow', got 'fast'"):
+    with pytest.raises(SettingError, match="BNN_CONV_GRADIENTS must be 'auto', 'xla', "
+                                         "'patches' or 'tensorflow', got 'fast'"):
         bitops.xla_conv_gradients()
 
 

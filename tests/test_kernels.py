@@ -219,6 +219,54 @@ def test_conv_kernel_equals_numpy_convolution(variant, dtype, batch, size, c, f,
     np.testing.assert_array_equal(y.numpy().astype(np.float32), want)
 
 
+def _patches_reference(x, kernel, strides):
+    """numpy's transposed "valid" patches (im2col) of ``x`` (batch, h, w, c)."""
+    (kh, kw), (sh, sw), c = kernel, strides, x.shape[-1]
+    ho, wo = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+    taps = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw].reshape(-1, c)
+            for i in range(kh) for j in range(kw)]
+    return np.concatenate(taps, axis=1).T
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@settings(max_examples=15, deadline=None)
+@given(batch=st.integers(0, 3), h=st.integers(3, 9), w=st.integers(3, 140),
+       c=st.integers(1, 140), kernel=st.sampled_from([(1, 1), (3, 3), (2, 3)]),
+       strides=st.sampled_from([(1, 1), (2, 2), (1, 3)]), seed=st.integers(0, 2**16))
+def test_sign_patches_equal_numpy_im2col(dtype, batch, h, w, c, kernel, strides, seed):
+    """Images up to 140 pixels wide: plane rows of three words, and runs across word edges."""
+    x = _signs(np.random.default_rng(seed), (batch, h, w, c))
+    words = pack_bits(x.reshape(-1, c), axis=1).reshape(batch, h, w, -(-c // 64))
+    patches = kernels.ops().sign_patches(words, kernel, strides, c, dtype)
+    expected = _patches_reference(x, kernel, strides)
+    assert patches.dtype == dtype and tuple(patches.shape) == expected.shape
+    np.testing.assert_array_equal(patches.numpy().astype(np.float64), expected)
+
+
+@needs_native
+def test_sign_patches_times_dy_is_the_kernel_gradient():
+    rng = np.random.default_rng(3)
+    x, dy = _signs(rng, (2, 10, 12, 70)), rng.integers(-4, 5, (2, 8, 5, 6)).astype(np.float32)
+    words = pack_bits(x.reshape(-1, 70), axis=1).reshape(2, 10, 12, 2)
+    patches = kernels.ops().sign_patches(words, (3, 4), (1, 2), 70, tf.float32)
+    expected = tf.raw_ops.Conv2DBackpropFilter(
+        input=tf.constant(x, tf.float32), filter_sizes=[3, 4, 70, 6], out_backprop=dy,
+        strides=[1, 1, 2, 1], padding="VALID")
+    np.testing.assert_array_equal((patches @ dy.reshape(-1, 6)).numpy().reshape(3, 4, 70, 6),
+                                  expected.numpy())
+
+
+@needs_native
+@pytest.mark.parametrize("shape, channels, kernel, message", [
+    ((1, 4, 4, 2), 64, (3, 3), "c = 64 channels take 1 words, got 2"),
+    ((1, 2, 4, 1), 64, (3, 3), "a 3x3 kernel does not fit a 2x4 image"),
+])
+def test_sign_patches_reject_inconsistent_shapes(shape, channels, kernel, message):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        kernels.ops().sign_patches(np.zeros(shape, np.int64), kernel, (1, 1), channels)
+
+
 @needs_native
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 @settings(max_examples=10, deadline=None)
@@ -390,7 +438,7 @@ def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
     fresh_state.setenv("CXX", "false")  # a "compiler" that always fails
     assert not kernels.available()
     assert kernels.unavailable_reason().startswith(
-        "compiling xor_popcount.cc and adam_update.cc failed")
+        "compiling xor_popcount.cc, adam_update.cc and sign_patches.cc failed")
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
 
 
