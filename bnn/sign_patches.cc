@@ -20,6 +20,11 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#define BNN_STREAM_STORES 1
+#endif
+
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -96,6 +101,9 @@ struct ByteTable {
   }
 };
 
+// Patches of at least this many bytes are written past the caches (StoreEight).
+constexpr int64_t kStreamBytes = int64_t{8} << 20;
+
 template <typename T>
 struct Element;  // the storage of T's values, and the bits of +1 and -1
 template <>
@@ -108,6 +116,23 @@ struct Element<::tensorflow::bfloat16> {
   using Bits = uint16_t;
   static constexpr Bits kPlus = 0x3F80u, kMinus = 0xBF80u;
 };
+
+// Stores eight values (16 or 32 bytes) at a 16-byte aligned `dst`, past the caches where
+// `stream` (the patches are read back from memory anyway when they are larger than the caches, and
+// streaming them spares reading each line before it is written).
+template <typename Bits>
+inline void StoreEight(Bits* dst, const Bits* values, bool stream) {
+#ifdef BNN_STREAM_STORES
+  if (stream) {
+    for (size_t i = 0; i < 8 * sizeof(Bits); i += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(reinterpret_cast<char*>(dst) + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                           reinterpret_cast<const char*>(values) + i)));
+    return;
+  }
+#endif
+  std::memcpy(dst, values, 8 * sizeof(Bits));
+}
 
 template <typename T>
 class SignPatchesOp : public OpKernel {
@@ -178,33 +203,40 @@ class SignPatchesOp : public OpKernel {
     workers->ParallelFor(batch * h, w * words * 80, to_planes);
 
     Bits* out = reinterpret_cast<Bits*>(output->flat<T>().data());
+    const bool stream = wo % 8 == 0 && columns % 8 == 0 &&
+                        reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                        output->TotalBytes() >= kStreamBytes;
     auto to_patches = [=](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {  // r = (i * kw + j) * c + k
         const int64_t k = r % c, tap = r / c, i = tap / kw, j = tap % kw;
         Bits* dst = out + r * columns;
         for (int64_t b = 0; b < batch; ++b) {
-          for (int64_t y = 0; y < ho; ++y) {
+          for (int64_t y = 0; y < ho; ++y, dst += wo) {
             const uint64_t* row = planes + ((k * batch + b) * h + y * sh + i) * row_words;
-            for (int64_t x0 = 0; x0 < wo; x0 += 8, dst += 8) {
-              uint64_t byte;
-              if (sw == 1) {
-                byte = BitsAt(row, x0 + j) & 0xFF;
-              } else {
-                byte = 0;
-                for (int t = 0; t < 8 && x0 + t < wo; ++t)
-                  byte |= ((row[(j + (x0 + t) * sw) >> 6] >> ((j + (x0 + t) * sw) & 63)) & 1) << t;
+            if (sw == 1 && wo <= 64) {  // the row's bits in one word
+              const uint64_t bits = BitsAt(row, j);
+              int64_t x0 = 0;
+              for (; x0 + 8 <= wo; x0 += 8)
+                StoreEight(dst + x0, table.values[(bits >> x0) & 0xFF], stream);
+              if (x0 < wo)
+                std::memcpy(dst + x0, table.values[(bits >> x0) & 0xFF], (wo - x0) * sizeof(Bits));
+              continue;
+            }
+            for (int64_t x0 = 0; x0 < wo; x0 += 8) {
+              uint64_t byte = 0;
+              for (int64_t t = 0; t < 8 && x0 + t < wo; ++t) {
+                const int64_t at = j + (x0 + t) * sw;
+                byte |= ((row[at >> 6] >> (at & 63)) & 1) << t;
               }
-              const int64_t n = std::min<int64_t>(8, wo - x0);
-              if (n == 8) {
-                std::memcpy(dst, table.values[byte], 8 * sizeof(Bits));
-              } else {
-                std::memcpy(dst, table.values[byte], n * sizeof(Bits));
-                dst -= 8 - n;
-              }
+              std::memcpy(dst + x0, table.values[byte],
+                          std::min<int64_t>(8, wo - x0) * sizeof(Bits));
             }
           }
         }
       }
+#ifdef BNN_STREAM_STORES
+      if (stream) _mm_sfence();
+#endif
     };
     workers->ParallelFor(kh * kw * c, columns * sizeof(Bits), to_patches);
   }
