@@ -230,23 +230,26 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
             return f"native kernels ({isa}) gave wrong results in their check"
-    return _adam_check(lib) or _patches_check(lib)
+    return _adam_check(lib) or _patches_check(lib, runs)
 
 
-def _patches_check(lib) -> str | None:
+def _patches_check(lib, runs: tuple[str, ...]) -> str | None:
     """Compares the ±1 patches with numpy on a small case with strides and ragged channels."""
     rng = np.random.default_rng(13)
     image = np.where(rng.random((2, 5, 9, 70)) < 0.5, 1.0, -1.0)
     words = _pack_rows(image.reshape(-1, 70)).reshape(2, 5, 9, 2)
     expected = np.concatenate([image[:, i:i + 3:2, j:j + 7:3].reshape(-1, 70)
                                for i in range(2) for j in range(3)], axis=1).T
-    for dtype in (tf.float32, tf.bfloat16):
-        try:
-            got = lib.bnn_sign_patches(words, kh=2, kw=3, sh=2, sw=3, c=70, T=dtype).numpy()
-        except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
-            return f"native ±1 patches failed their check: {exc}"
-        if not np.array_equal(got.astype(np.float64), expected):
-            return f"native ±1 patches gave wrong results in their check ({dtype.name})"
+    for isa in runs:
+        for dtype in (tf.float32, tf.bfloat16):
+            try:
+                got = lib.bnn_sign_patches(words, kh=2, kw=3, sh=2, sw=3, c=70, T=dtype,
+                                           isa=isa).numpy()
+            except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
+                return f"native ±1 patches ({isa}) failed their check: {exc}"
+            if not np.array_equal(got.astype(np.float64), expected):
+                return (f"native ±1 patches ({isa}) gave wrong results in their check "
+                        f"({dtype.name})")
     return None
 
 
@@ -401,7 +404,8 @@ class Ops:
         output gradient ``(batch * ho * wo, filters)``, the convolution's kernel gradient."""
         (kh, kw), (sh, sw) = kernel_size, strides
         return self._lib.bnn_sign_patches(x_words, kh=int(kh), kw=int(kw), sh=int(sh),
-                                          sw=int(sw), c=int(channels), T=dtype)
+                                          sw=int(sw), c=int(channels), T=dtype,
+                                          isa=self.variant)
 
     def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
         """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""

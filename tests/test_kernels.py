@@ -229,19 +229,36 @@ def _patches_reference(x, kernel, strides):
 
 
 @needs_native
+@pytest.mark.parametrize("variant", _variants())
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 @settings(max_examples=15, deadline=None)
 @given(batch=st.integers(0, 3), h=st.integers(3, 9), w=st.integers(3, 140),
        c=st.integers(1, 140), kernel=st.sampled_from([(1, 1), (3, 3), (2, 3)]),
        strides=st.sampled_from([(1, 1), (2, 2), (1, 3)]), seed=st.integers(0, 2**16))
-def test_sign_patches_equal_numpy_im2col(dtype, batch, h, w, c, kernel, strides, seed):
+def test_sign_patches_equal_numpy_im2col(variant, dtype, batch, h, w, c, kernel, strides, seed):
     """Images up to 140 pixels wide: plane rows of three words, and runs across word edges."""
     x = _signs(np.random.default_rng(seed), (batch, h, w, c))
     words = pack_bits(x.reshape(-1, c), axis=1).reshape(batch, h, w, -(-c // 64))
-    patches = kernels.ops().sign_patches(words, kernel, strides, c, dtype)
+    patches = kernels.ops(variant).sign_patches(words, kernel, strides, c, dtype)
     expected = _patches_reference(x, kernel, strides)
     assert patches.dtype == dtype and tuple(patches.shape) == expected.shape
     np.testing.assert_array_equal(patches.numpy().astype(np.float64), expected)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_sign_patches_written_past_the_caches_equal_numpy(variant, dtype):
+    """Patches of 8 MiB or more whose rows fill whole cache lines take streaming stores; the
+    second shape's rows do not."""
+    rng = np.random.default_rng(5)
+    for shape in [(8, 34, 34, 128), (7, 33, 35, 100)]:
+        x = _signs(rng, shape)
+        words = pack_bits(x.reshape(-1, shape[-1]), axis=1).reshape(*shape[:3], -1)
+        patches = kernels.ops(variant).sign_patches(words, (3, 3), (1, 1), shape[-1], dtype)
+        assert patches.shape[0] * patches.shape[1] * dtype.size >= 8 << 20
+        np.testing.assert_array_equal(patches.numpy().astype(np.float64),
+                                      _patches_reference(x, (3, 3), (1, 1)))
 
 
 @needs_native
