@@ -27,7 +27,8 @@ from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
-           "native_training_ops", "xla_conv_gradients", "conv_gradient_kernels"]
+           "native_training_ops", "xla_conv_gradients", "conv_gradient_kernels",
+           "PATCHES_MAX_POSITIONS"]
 
 WORD_BITS = 64
 _BLOCK_WORDS = 4
@@ -302,22 +303,31 @@ def _conv2d_gradients_xla(x_words, w, dy, x_shape, strides, padding):
 _unpack_xla = compiled(unpack)
 
 
-def conv_gradient_kernels(dtype: tf.DType = tf.float32) -> str:
-    """Which kernels compute :func:`binary_conv2d`'s gradients, for gradients in ``dtype``,
-    where the model itself is not compiled by XLA:
+#: Output positions per image (16 x 16) up to which a bfloat16 kernel gradient comes from the
+#: ±1 patches by default (see :func:`conv_gradient_kernels`).
+PATCHES_MAX_POSITIONS = 256
+
+
+def conv_gradient_kernels(dtype: tf.DType = tf.float32, positions: int | None = None) -> str:
+    """Which kernels compute :func:`binary_conv2d`'s gradients, for gradients in ``dtype`` and
+    a layer with ``positions`` output positions per image (``None``: any layer), where the
+    model itself is not compiled by XLA:
 
     - ``"xla"``: both gradients as one XLA computation. The default on a CPU without AVX-512
       and with no GPU in sight: there, XLA's backward convolutions took 0.4-0.8x the time of
       TensorFlow's on VGG-small's layers.
     - ``"patches"``: the kernel gradient as one matrix product of the packed input's ±1 patches
       (:meth:`bnn.kernels.Ops.sign_patches`) with the output gradient, the input gradient
-      TensorFlow's. The default for bfloat16 gradients on other CPUs with no GPU in sight:
-      there oneDNN's bfloat16 kernel-gradient convolution took up to 2.5x the time of its
-      forward convolution, and its matrix product about 1x. Used where a training step runs
-      the native kernels (:func:`native_training_ops`); elsewhere TensorFlow's kernels.
+      TensorFlow's. The default for bfloat16 gradients of layers with at most
+      :data:`PATCHES_MAX_POSITIONS` output positions per image on other CPUs with no GPU in
+      sight: on a Zen 4 CPU, oneDNN's bfloat16 kernel-gradient convolution of VGG-small's 8 x 8
+      and 16 x 16 layers took 1.1-2x the time of the patches and their product, and the same
+      on its 32 x 32 layer. Used where a training step runs the native kernels
+      (:func:`native_training_ops`); elsewhere TensorFlow's kernels.
     - ``"tensorflow"``: TensorFlow's backward convolutions (oneDNN's on x86).
 
-    ``BNN_CONV_GRADIENTS`` overrides the choice (``auto``, the default, chooses as above)."""
+    ``BNN_CONV_GRADIENTS`` overrides the choice for every layer (``auto``, the default, chooses
+    as above)."""
     setting = settings.conv_gradients()
     if setting != "auto":
         return setting
@@ -325,7 +335,9 @@ def conv_gradient_kernels(dtype: tf.DType = tf.float32) -> str:
         return "tensorflow"
     if "avx512f" not in cpu.flags():
         return "xla"
-    return "patches" if dtype == tf.bfloat16 else "tensorflow"
+    if dtype == tf.bfloat16 and (positions is None or positions <= PATCHES_MAX_POSITIONS):
+        return "patches"
+    return "tensorflow"
 
 
 def xla_conv_gradients() -> bool:
@@ -374,7 +386,7 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
     @tf.custom_gradient
     def op(x, w):
         def grad(dy):
-            kernels_ = conv_gradient_kernels(dy.dtype)
+            kernels_ = conv_gradient_kernels(dy.dtype, int(dy.shape[1]) * int(dy.shape[2]))
             if kernels_ == "xla" and not in_xla_context():
                 return _conv2d_gradients_xla(x_words, w, dy, tuple(x.shape[1:]), strides, padding)
             if kernels_ == "patches" and native is not None:

@@ -199,6 +199,26 @@ def test_training_products_run_natively_with_the_same_results_and_gradients(monk
         tf.function(lambda a, b: fn(a, b, True), jit_compile=True), x, w)
 
 
+@needs_native
+def test_default_gradients_take_patches_for_small_bfloat16_layers_only(monkeypatch):
+    monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
+    monkeypatch.setattr(bitops.cpu, "flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    w = tf.ones((3, 3, 64, 4), tf.bfloat16)
+
+    def gradients_of(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = bitops.binary_conv2d(x, w, (1, 1), "same", training=True)
+        return tape.gradient(y, [x, w])
+
+    for size, patches in [(16, True), (17, False)]:  # 256 and 289 output positions
+        for dtype in (tf.bfloat16, tf.float32):
+            x = tf.ones((2, size, size, 64), dtype)
+            types = _op_types(gradients_of, x, tf.cast(w, dtype))
+            assert ("BnnSignPatches" in types) is (patches and dtype == tf.bfloat16)
+
+
 def test_training_products_stay_on_xla_without_native_kernels(monkeypatch):
     monkeypatch.setenv("BNN_NATIVE_KERNELS", "0")
     assert bitops.native_training_ops(tf.float32) is None
@@ -244,6 +264,9 @@ def test_conv_gradients_default_follows_the_cpu_gpu_and_dtype(monkeypatch, gpu, 
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: ["GPU:0"] if gpu and kind == "GPU" else [])
     assert bitops.conv_gradient_kernels(dtype) == expected
+    assert bitops.conv_gradient_kernels(dtype, bitops.PATCHES_MAX_POSITIONS) == expected
+    assert bitops.conv_gradient_kernels(dtype, 32 * 32) == (
+        "tensorflow" if expected == "patches" else expected)
     assert bitops.xla_conv_gradients() is (not gpu and "avx512f" not in flags)
 
 
