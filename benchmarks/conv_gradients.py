@@ -1,0 +1,165 @@
+"""A binary convolution's kernel gradient: TensorFlow's kernel against bnn's ±1 patches.
+
+    python benchmarks/conv_gradients.py [--quick] [--batch-size 100] [--filters 128,...]
+                                        [--dtype bfloat16|float32] [--blocks 5] [--json PATH]
+
+For each binary 3x3 convolution of VGG-small (``--filters``: its six widths; the first layer is
+float and not timed; 2x2 pools after the second, fourth and sixth), on ±1 inputs padded with +1
+as bnn pads them and a random output gradient, it times, one call at a time, in interleaved
+blocks:
+
+- ``forward_ms``: TensorFlow's forward convolution of the layer, the reference for its size;
+- ``tensorflow_ms``: TensorFlow's kernel-gradient convolution (``Conv2DBackpropFilter``) of the
+  padded ±1 input, what the binary layer runs with ``BNN_CONV_GRADIENTS=tensorflow``;
+- ``patches_ms``: the native ±1 patches of the packed input alone
+  (:meth:`bnn.kernels.Ops.sign_patches`);
+- ``patches_product_ms``: the patches and their product with the output gradient, the kernel
+  gradient with ``BNN_CONV_GRADIENTS=patches``;
+
+and reports medians over blocks, ``tensorflow / patches``, the median over blocks of the ratio
+of neighbouring blocks, which kernels ``bnn.bitops.conv_gradient_kernels`` picks for the layer
+by default on this machine, and the largest difference between the two gradients relative to
+the largest gradient (the same sums in another order: 0 in float32 up to rounding, a few units
+of bfloat16's last place where a sum rounds differently). It needs the native kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bnn import allocator, bitops, kernels  # noqa: E402
+from bnn.benchmark import paired_ratio  # noqa: E402
+
+DTYPES = {"bfloat16": tf.bfloat16, "float32": tf.float32}
+VGG_SMALL_FILTERS = (128, 128, 256, 256, 512, 512)
+
+
+def layer_shapes(filters, size: int = 32) -> list[tuple[int, int, int]]:
+    """(image size, input channels, output channels) of VGG-small's binary convolutions."""
+    shapes = []
+    for index in range(1, len(filters)):
+        shapes.append((size, filters[index - 1], filters[index]))
+        if index % 2 == 1:
+            size //= 2
+    return shapes
+
+
+def _timers(size: int, c: int, f: int, batch: int, dtype: tf.DType, rng):
+    signs = np.where(rng.random((batch, size, size, c)) < 0.5, 1.0, -1.0)
+    padded = tf.constant(np.pad(signs, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=1.0),
+                         dtype)
+    words = bitops.pack(padded >= 0, axis=-1)
+    dy = tf.constant(rng.standard_normal((batch, size, size, f)), dtype)
+    w = tf.constant(rng.uniform(-1, 1, (3, 3, c, f)), dtype)
+    native = kernels.ops()
+    strides = [1, 1, 1, 1]
+
+    def patches():
+        return native.sign_patches(words, (3, 3), (1, 1), c, dtype)
+
+    ops = {
+        "forward": lambda: tf.raw_ops.Conv2D(input=padded, filter=w, strides=strides,
+                                             padding="VALID"),
+        "tensorflow": lambda: tf.raw_ops.Conv2DBackpropFilter(
+            input=padded, filter_sizes=[3, 3, c, f], out_backprop=dy, strides=strides,
+            padding="VALID"),
+        "patches": lambda: patches()[:1, :1],
+        "patches_product": lambda: tf.reshape(tf.matmul(patches(), tf.reshape(dy, [-1, f])),
+                                              [3, 3, c, f]),
+    }
+    return {name: tf.function(fn) for name, fn in ops.items()}
+
+
+def _time_once(fn) -> float:
+    start = time.perf_counter()
+    fn().numpy()
+    return (time.perf_counter() - start) * 1e3
+
+
+def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int, rng) -> dict:
+    timers = _timers(size, c, f, batch, dtype, rng)
+    reference = timers["tensorflow"]().numpy().astype(np.float64)
+    difference = np.abs(timers["patches_product"]().numpy().astype(np.float64) - reference)
+    for fn in timers.values():  # warm-up: tracing, oneDNN's primitive caches
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in timers}
+    names = list(timers)
+    for block in range(blocks):
+        for name in names if block % 2 == 0 else reversed(names):
+            times[name].append(_time_once(timers[name]))
+    row = {"size": size, "in_channels": c, "filters": f}
+    row.update({f"{name}_ms": statistics.median(t) for name, t in times.items()})
+    row["tensorflow_over_patches"] = paired_ratio(times["tensorflow"], times["patches_product"])
+    row["default_kernels"] = bitops.conv_gradient_kernels(dtype, size * size)
+    row["max_relative_difference"] = float(difference.max() / max(np.abs(reference).max(), 1e-30))
+    return row
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="small layers, batch 4, two blocks: checks the harness in seconds")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--filters", default=",".join(map(str, VGG_SMALL_FILTERS)),
+                        help="VGG-small's six convolution widths (default: %(default)s)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    parser.add_argument("--blocks", type=int, default=5, help="timed blocks (default 5)")
+    parser.add_argument("--json", type=Path, help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        args.filters = tuple(int(f) for f in args.filters.split(","))
+    except ValueError:
+        parser.error(f"--filters: six integers separated by commas, got {args.filters!r}")
+    if len(args.filters) != 6 or min(args.filters) < 1:
+        parser.error(f"--filters: six positive widths, got {args.filters}")
+    if args.batch_size < 1 or args.blocks < 1:
+        parser.error("--batch-size and --blocks must be at least 1")
+    if args.quick:
+        args.filters, args.batch_size, args.blocks = (8, 16, 16, 32, 32, 64), 4, 2
+    return args
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    allocator.select_pooling_allocator()
+    if not kernels.available():
+        print(f"conv_gradients: native kernels unavailable: {kernels.unavailable_reason()}",
+              file=sys.stderr)
+        return 1
+    dtype = DTYPES[args.dtype]
+    rng = np.random.default_rng(0)
+    rows = [measure(size, c, f, args.batch_size, dtype, args.blocks, rng)
+            for size, c, f in layer_shapes(args.filters)]
+    print(f"| layer | forward ms | TensorFlow kernel gradient ms | patches ms | patches + product "
+          f"ms | TensorFlow / patches | default | max rel. difference |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['size']}x{r['size']}, {r['in_channels']} -> {r['filters']} | "
+              f"{r['forward_ms']:.1f} | {r['tensorflow_ms']:.1f} | {r['patches_ms']:.1f} | "
+              f"{r['patches_product_ms']:.1f} | {r['tensorflow_over_patches']:.2f} | "
+              f"{r['default_kernels']} | {r['max_relative_difference']:.1e} |")
+    total = {key: sum(r[key] for r in rows) for key in ("tensorflow_ms", "patches_product_ms")}
+    print(f"\nAll layers: TensorFlow {total['tensorflow_ms']:.1f} ms, patches + product "
+          f"{total['patches_product_ms']:.1f} ms; {args.dtype}, batch {args.batch_size}, "
+          f"kernels {kernels.variant()}.")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "dtype": args.dtype, "batch_size": args.batch_size, "filters": list(args.filters),
+            "blocks": args.blocks, "kernel_variant": kernels.variant(), "layers": rows,
+            "total": total}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
