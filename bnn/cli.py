@@ -87,8 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, help="the .bnn file to write")
     export.add_argument("--pixels", choices=("auto", "uint8", "float"), default="auto",
                         help="uint8: inputs are MNIST-style pixels u/127.5-1 and the first dense "
-                             "layer runs on exact integers; auto: uint8 for a run directory of a "
-                             "BinaryNet MLP on (Fashion-)MNIST, else float")
+                             "layer runs on exact integers; auto: uint8 for a run directory (or "
+                             "its binary/model.keras) of a BinaryNet MLP on (Fashion-)MNIST, "
+                             "else float")
     _add_common(export)
     evaluate = sub.add_parser("evaluate", help="test accuracy and speed of a .bnn or .keras model")
     evaluate.add_argument("model")
@@ -290,7 +291,10 @@ def _pixel_encoding(args: argparse.Namespace) -> tuple[float, float] | None:
         return None
     if args.pixels == "uint8":
         return (1 / 127.5, -1.0)
-    config_path = Path(args.source) / "config.yaml"
+    source = Path(args.source)
+    config_path = source / "config.yaml"
+    if source.is_file() and source.parent.name == "binary":  # RUN_DIR/binary/model.keras
+        config_path = source.parent.parent / "config.yaml"
     if not config_path.is_file():
         return None
     from bnn.config import load_config
@@ -310,6 +314,10 @@ def _export(args: argparse.Namespace) -> int:
 
     info = export.export_model(args.source, args.output, input_encoding=encoding)
     print(json.dumps(info, indent=2, default=str))
+    if args.pixels == "auto" and info["uint8_input_possible"]:
+        print("bnn: note: the first layer stays a float product of real inputs; if they are "
+              "pixels u/127.5-1 (bnn's MNIST), export with --pixels uint8 for exact integer "
+              "products, several times faster", file=sys.stderr)
     return 0
 
 

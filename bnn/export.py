@@ -357,8 +357,9 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
 
     Returns:
         A summary: ``output``, ``bytes`` (file size), ``float32_bytes`` (4 bytes per parameter
-        of the source), ``compression`` (their ratio), ``format_version`` and ``stages``
-        (per stage: layer, op, input and output kind).
+        of the source), ``compression`` (their ratio), ``format_version``, ``input_encoding``,
+        ``uint8_input_possible`` (no encoding was given, and the first layer could take one)
+        and ``stages`` (per stage: layer, op, input and output kind).
 
     Raises:
         ExportError: for a missing source, or a layer or quantizer export does not support.
@@ -382,9 +383,13 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
     except OSError as error:
         raise _fail(output, f"cannot write ({error.strerror})", "check the directory") from None
     float_bytes = 4 * int(model.count_params())
+    first = stages[0] if stages else {}
     return {"output": str(output), "bytes": len(data), "float32_bytes": float_bytes,
             "compression": float_bytes / len(data), "format_version": FORMAT_VERSION,
             "input_encoding": encoding,
+            "uint8_input_possible": encoding is None and first.get("op") == "dense"
+            and first.get("input") == "real" and not first.get("real_kernel")
+            and not first.get("binarize_input"),
             "stages": [{"layer": s["layer"], "op": s["op"], "input": s["input"],
                         "output": s["output"], "pool": s["pool"]} for s in stages]}
 

@@ -75,6 +75,30 @@ def test_export_evaluate_and_predict_agree_with_the_keras_model(run_dir, tmp_pat
     assert (a.argmax(-1) == labels).mean() > 0.2
 
 
+def test_export_of_a_keras_file_finds_its_run_or_notes_the_float_first_layer(run_dir, tmp_path,
+                                                                           capsys):
+    import shutil
+
+    inside = run_dir / "binary" / "model.keras"
+    outside = tmp_path / "model.keras"
+    shutil.copy(inside, outside)
+    infos, notes = {}, {}
+    for name, source, pixels in [("inside", inside, "auto"), ("outside", outside, "auto"),
+                                 ("float", outside, "float")]:
+        capsys.readouterr()
+        assert main(["export", str(source), "-o", str(tmp_path / f"{name}.bnn"), "--pixels",
+                     pixels]) == 0
+        captured = capsys.readouterr()
+        infos[name] = json.loads(captured.out)
+        notes[name] = [line for line in captured.err.splitlines() if "--pixels uint8" in line]
+    assert infos["inside"]["input_encoding"] == {"scale": 1 / 127.5, "offset": -1.0}  # config
+    assert infos["inside"]["stages"][0]["input"] == "uint8" and not notes["inside"]
+    assert infos["outside"]["input_encoding"] is None
+    assert infos["outside"]["uint8_input_possible"] and len(notes["outside"]) == 1
+    assert notes["outside"][0].startswith("bnn: note: the first layer stays a float product")
+    assert not notes["float"]  # asked for explicitly
+
+
 def test_export_of_a_missing_source_is_one_line_exit_2(tmp_path, capsys):
     assert main(["export", str(tmp_path / "nope"), "-o", str(tmp_path / "x.bnn")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
