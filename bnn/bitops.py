@@ -281,15 +281,19 @@ def unpack(words: tf.Tensor, n: int, dtype: tf.DType = tf.float32, axis: int = -
     return tf.where(bits > 0, tf.ones([], dtype), -tf.ones([], dtype))
 
 
+def _input_gradient(w, dy, x_shape, strides, padding):
+    """The input's gradient for :func:`binary_conv2d`: the transposed convolution of ``dy``
+    with zero padding (the padding is constant)."""
+    return tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=w, out_backprop=dy,
+                                          strides=[1, *strides, 1], padding=padding.upper())
+
+
 def _conv2d_gradients(x_signs, w, dy, x_shape, strides, padding):
-    """The float convolution's gradients for :func:`binary_conv2d`: the input's, the transposed
-    convolution of ``dy`` with zero padding; the kernel's, from the padded ±1 input."""
-    strides = [1, *strides, 1]
-    dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=w, out_backprop=dy,
-                                        strides=strides, padding=padding.upper())
+    """The float convolution's gradients for :func:`binary_conv2d`: the input's
+    (:func:`_input_gradient`); the kernel's, from the padded ±1 input."""
     dw = tf.raw_ops.Conv2DBackpropFilter(input=x_signs, filter_sizes=tf.shape(w), out_backprop=dy,
-                                         strides=strides, padding="VALID")
-    return dx, dw
+                                         strides=[1, *strides, 1], padding="VALID")
+    return _input_gradient(w, dy, x_shape, strides, padding), dw
 
 
 @compiled
@@ -321,9 +325,10 @@ def conv_gradient_kernels(dtype: tf.DType = tf.float32, positions: int | None = 
       TensorFlow's. The default for bfloat16 gradients of layers with at most
       :data:`PATCHES_MAX_POSITIONS` output positions per image on other CPUs with no GPU in
       sight: on a Zen 4 CPU, oneDNN's bfloat16 kernel-gradient convolution of VGG-small's 8 x 8
-      and 16 x 16 layers took 1.1-2x the time of the patches and their product, and the same
-      on its 32 x 32 layer. Used where a training step runs the native kernels
-      (:func:`native_training_ops`); elsewhere TensorFlow's kernels.
+      and 16 x 16 layers took 1.2-2.8x the time of the patches and their product, on its
+      32 x 32 layer 1.1x, where the whole train step was faster without them. Used where a
+      training step runs the native kernels (:func:`native_training_ops`); elsewhere
+      TensorFlow's kernels.
     - ``"tensorflow"``: TensorFlow's backward convolutions (oneDNN's on x86).
 
     ``BNN_CONV_GRADIENTS`` overrides the choice for every layer (``auto``, the default, chooses
@@ -349,11 +354,10 @@ def _conv2d_gradients_patches(native: kernels.Ops, x_words, w, dy, x_shape, stri
     """:func:`_conv2d_gradients` with the kernel's gradient a product of the ±1 patches of the
     packed input ``x_words`` with ``dy``."""
     kh, kw, c, filters = (int(d) for d in w.shape)
-    dx = tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=w, out_backprop=dy,
-                                        strides=[1, *strides, 1], padding=padding.upper())
     patches = native.sign_patches(x_words, (kh, kw), strides, c, dy.dtype)
     dw = tf.matmul(patches, tf.reshape(dy, [-1, filters]))
-    return dx, tf.reshape(dw, [kh, kw, c, filters])
+    return (_input_gradient(w, dy, x_shape, strides, padding),
+            tf.reshape(dw, [kh, kw, c, filters]))
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",

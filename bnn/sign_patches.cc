@@ -161,7 +161,7 @@ struct RowStream {
     while (count >= Writer::kValues) {
       writer.Write(dst, pending, Writer::kValues, stream);
       dst += Writer::kValues;
-      pending = Writer::kValues == 64 ? 0 : pending >> Writer::kValues;
+      pending >>= Writer::kValues;  // kValues <= 32
       count -= Writer::kValues;
     }
   }
