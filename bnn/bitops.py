@@ -213,7 +213,9 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor, training: bool = False) -> tf.Tens
     signs: ``dy @ sign(w)^T`` for ``x`` and ``sign(x)^T @ dy`` for ``w``. So ``w`` may be the
     latent real-valued kernel itself where its straight-through mask is all ones (a kernel that
     ``WeightClip`` keeps in range), which spares a float pass over the weights; ``x`` must already
-    be ±1 (its straight-through mask belongs to the input quantizer).
+    be ±1 (its straight-through mask belongs to the input quantizer). ``w`` may be in another
+    float dtype than ``x``, such as the float32 latent kernel of a layer computing in bfloat16:
+    only its signs are read, and its gradient comes back in its own dtype.
 
     With ``training=True`` outside XLA the product runs on the native kernels where
     :func:`native_training_ops` has them (the same integers).
@@ -230,11 +232,11 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor, training: bool = False) -> tf.Tens
                 dx = _matmul_signs_transposed(dy, w_halves, n)
             else:  # XLA's CPU products in 16-bit floats are slow; TensorFlow's (oneDNN) are not
                 dx = tf.matmul(dy, _unpack_xla(w_halves, n, dy.dtype, axis=0), transpose_b=True)
-            return dx, tf.matmul(x, dy, transpose_a=True)
+            return dx, tf.cast(tf.matmul(x, dy, transpose_a=True), w.dtype)
 
         return y, grad
 
-    return op(x, tf.cast(w, x.dtype))
+    return op(x, tf.convert_to_tensor(w))
 
 
 def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:

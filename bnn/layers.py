@@ -25,6 +25,9 @@ from bnn import quantizers as quantizers_lib
 from bnn.constraints import WeightClip
 from bnn.xla import compiled
 
+# Keras' scope that sets (here: clears) the dtype variables are read in inside a layer's call.
+_NO_AUTOCAST = lambda: keras.src.backend.AutocastScope(None)  # noqa: E731
+
 __all__ = ["BinaryDense", "BinaryConv2D", "BinaryDepthwiseConv2D", "BinarySeparableConv2D",
            "RSign", "RPReLU", "PRECISIONS"]
 
@@ -134,6 +137,13 @@ class _QuantizedLayer(_Quantization):
             return quantizers_lib.ste_sign(self.kernel, clip_value=float("inf"))
         return self.kernel_quantizer(self.kernel)
 
+    def _latent_kernel(self) -> tf.Tensor:
+        """The latent kernel in its own dtype (float32), not autocast to a mixed-precision
+        policy's compute dtype: its sign needs no cast, which would be a pass over the weights
+        (under XLA a slow one, fused into the packing)."""
+        with _NO_AUTOCAST():
+            return tf.convert_to_tensor(self.kernel)
+
     def _effective_kernel(self):
         if not self.quantized:
             return self.kernel
@@ -193,7 +203,8 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         x = self._quantize_inputs(inputs)
         if self._packed_product() and len(x.shape) == 2:
             # a kernel kept in range goes in latent: its sign happens inside the packing
-            kernel = self.kernel if self._kernel_kept_in_range() else self._effective_kernel()
+            kernel = (self._latent_kernel() if self._kernel_kept_in_range()
+                      else self._effective_kernel())
             x = bitops.binary_matmul(x, kernel, training=training is True)
         else:
             x = ops.matmul(x, self._effective_kernel())

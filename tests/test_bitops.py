@@ -118,6 +118,24 @@ def test_binary_matmul_in_bfloat16_has_the_gradients_of_the_bfloat16_product(jit
     np.testing.assert_array_equal(dw, dw_ref)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_binary_matmul_takes_a_float32_latent_kernel_beside_bfloat16_inputs(jit):
+    """A float32 kernel beside bfloat16 inputs (a layer's latent kernel under a bfloat16
+    policy) gives the bfloat16 product of its signs, and its gradient in float32."""
+    rng = np.random.default_rng(5)
+    x = tf.constant(_pm1(rng, (5, 70)), tf.bfloat16)
+    w = rng.uniform(-1, 1, (70, 12)).astype("float32")
+    dy = tf.constant(rng.integers(-3, 4, (5, 12)), tf.bfloat16)
+    signs = tf.constant(np.where(w >= 0, 1.0, -1.0), tf.bfloat16)
+    fn = tf.function(bitops.binary_matmul, jit_compile=jit)
+    y, dx, dw = _grads(fn, x, w, dy)
+    y_ref, dx_ref, dw_ref = _grads(tf.matmul, x, signs, dy)
+    assert y.dtype.name == dx.dtype.name == "bfloat16" and dw.dtype == np.float32
+    np.testing.assert_array_equal(y, y_ref)
+    np.testing.assert_array_equal(dx, dx_ref)
+    np.testing.assert_array_equal(dw, dw_ref.astype(np.float32))
+
+
 @pytest.mark.parametrize("padding,pad_value", [("same", 1.0), ("same", -1.0), ("valid", 1.0)])
 @pytest.mark.parametrize("strides", [(1, 1), (2, 2), (2, 1)])
 @pytest.mark.parametrize("gradients", ["xla", "patches", "tensorflow"])

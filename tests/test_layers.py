@@ -32,6 +32,29 @@ def test_binary_dense_forward_equals_numpy_sign_times_sign():
     assert set(np.unique(y)) <= set(range(-33, 34, 2))
 
 
+def test_binary_dense_under_bfloat16_policy_reads_its_latent_kernel_uncast(monkeypatch):
+    """Under mixed_bfloat16 the packed product takes the float32 latent kernel as it is (no
+    cast to bfloat16 first): the output is the bfloat16 product of the signs, and the kernel's
+    gradient is float32, straight through."""
+    monkeypatch.setenv("BNN_PACKED_FORWARD", "1")
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(6, 70)).astype("float32")
+    layer = bnn.BinaryDense(9, dtype="mixed_bfloat16")
+    layer.build((None, 70))
+    reads = []
+    original = layer._latent_kernel
+    monkeypatch.setattr(layer, "_latent_kernel", lambda: reads.append(1) or original())
+    with tf.GradientTape() as tape:
+        y = layer(x, training=True)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32))
+    (dw,) = tape.gradient(loss, [layer.kernel.value])
+    assert reads and original().dtype == tf.float32
+    w = layer.kernel.numpy()
+    assert y.dtype == tf.bfloat16 and dw.dtype == tf.float32
+    np.testing.assert_array_equal(y.numpy().astype("float32"), np_sign(x) @ np_sign(w))
+    np.testing.assert_array_equal(dw.numpy(), np.repeat(np_sign(x).sum(0)[:, None], 9, axis=1))
+
+
 def test_binary_dense_first_layer_keeps_real_inputs():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(4, 6)).astype("float32")
