@@ -25,8 +25,10 @@ from bnn import quantizers as quantizers_lib
 from bnn.constraints import WeightClip
 from bnn.xla import compiled
 
-# Keras' scope that sets (here: clears) the dtype variables are read in inside a layer's call.
-_NO_AUTOCAST = lambda: keras.src.backend.AutocastScope(None)  # noqa: E731
+# Keras' scope that sets the dtype variables are read in inside a layer's call (not public API:
+# where a Keras lacks it, kernels are read autocast, as Keras reads them).
+_AUTOCAST_SCOPE = getattr(getattr(getattr(keras, "src", None), "backend", None), "AutocastScope",
+                          None)
 
 __all__ = ["BinaryDense", "BinaryConv2D", "BinaryDepthwiseConv2D", "BinarySeparableConv2D",
            "RSign", "RPReLU", "PRECISIONS"]
@@ -141,7 +143,9 @@ class _QuantizedLayer(_Quantization):
         """The latent kernel in its own dtype (float32), not autocast to a mixed-precision
         policy's compute dtype: its sign needs no cast, which would be a pass over the weights
         (under XLA a slow one, fused into the packing)."""
-        with _NO_AUTOCAST():
+        if _AUTOCAST_SCOPE is None:
+            return tf.convert_to_tensor(self.kernel)
+        with _AUTOCAST_SCOPE(None):
             return tf.convert_to_tensor(self.kernel)
 
     def _effective_kernel(self):
