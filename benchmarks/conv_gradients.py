@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from bnn.startup import start_tensorflow
+
+start_tensorflow()  # the pooling CPU allocator, and TensorFlow without its start-up log lines
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bnn import allocator, bitops, kernels  # noqa: E402
+from bnn import bitops, kernels  # noqa: E402
 from bnn.benchmark import paired_ratio  # noqa: E402
 
 DTYPES = {"bfloat16": tf.bfloat16, "float32": tf.float32}
@@ -132,7 +133,6 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    allocator.select_pooling_allocator()
     if not kernels.available():
         print(f"conv_gradients: native kernels unavailable: {kernels.unavailable_reason()}",
               file=sys.stderr)

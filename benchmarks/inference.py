@@ -29,13 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from bnn.startup import start_tensorflow
+
+start_tensorflow()  # the pooling CPU allocator, and TensorFlow without its start-up log lines
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bnn import allocator, kernels, models  # noqa: E402
+from bnn import kernels, models  # noqa: E402
 from bnn.benchmark import paired_ratio  # noqa: E402
 from bnn.export import export_model, load_packed  # noqa: E402
 
@@ -191,7 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(ARCHITECTURES),
                         help=f"comma-separated, from {', '.join(ARCHITECTURES)} (default: all)")
     args = parser.parse_args(argv)
-    allocator.select_pooling_allocator()  # as `bnn evaluate` runs
     keys = [key.strip() for key in args.models.split(",") if key.strip()]
     unknown = [key for key in keys if key not in ARCHITECTURES]
     if unknown or not keys:

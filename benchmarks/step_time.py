@@ -28,7 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from bnn import allocator, benchmark
+from bnn.startup import start_tensorflow
+
+start_tensorflow()  # the pooling CPU allocator, and TensorFlow without its start-up log lines
+
+from bnn import benchmark  # noqa: E402
 
 LARQ_SCRIPT = Path(__file__).with_name("larq_step_time.py")
 LARQ_LABELS = ("larq_binary", "larq_float")
@@ -121,7 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--larq-python", metavar="PATH",
                         help="Python of an environment with larq and tf-keras: time Larq too")
     args = parser.parse_args(argv)
-    allocator.select_pooling_allocator()  # as `bnn bench` runs; the Larq process inherits it
     larq = LarqServer(args.larq_python) if args.larq_python else None
     try:
         results = benchmark.run_from_args(args, companions=larq)

@@ -6,9 +6,10 @@ optimizer, loss and schedule with Keras, so ``keras.models.load_model`` reads bn
 log level are chosen by the ``bnn`` command and the benchmarks, or by you (see
 :mod:`bnn.allocator`).
 
-The ``bnn`` command defers these imports, and TensorFlow with them, until it has checked its
-command line and experiment file (see :mod:`bnn.cli`); there the names below load on first use,
-and :func:`import_all` loads them all.
+The ``bnn`` command and the scripts in ``benchmarks/`` defer these imports, and TensorFlow with
+them, until they have checked their command line (see :mod:`bnn.cli`) and can start TensorFlow
+without its start-up log lines (:mod:`bnn.startup`); there the names below load on first use, and
+:func:`import_all` loads them all.
 """
 
 from __future__ import annotations
@@ -50,15 +51,23 @@ def import_all() -> None:
         importlib.import_module(f"bnn.{module}")
 
 
-def _is_bnn_command() -> bool:
-    """Whether this process is the ``bnn`` command: its console script, ``python -m bnn`` or
-    ``python -m bnn.cli``."""
+def _is_bnn_entry_point() -> bool:
+    """Whether this process is one of bnn's own entry points, which check their input and then
+    start TensorFlow themselves (:mod:`bnn.startup`): the ``bnn`` command (its console script,
+    ``python -m bnn`` or ``python -m bnn.cli``) or a script in the source tree's
+    ``benchmarks/``."""
     if sys.argv and os.path.basename(sys.argv[0]) in ("bnn", "bnn.exe", "bnn-script.py"):
         return True
+    if sys.argv and sys.argv[0].endswith(".py"):
+        script = os.path.realpath(sys.argv[0])
+        benchmarks = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))),
+                                  "benchmarks")
+        if os.path.dirname(script) == benchmarks:
+            return True
     argv = getattr(sys, "orig_argv", [])
     return any(flag == "-m" and module in ("bnn", "bnn.cli")
                for flag, module in zip(argv, argv[1:]))
 
 
-if not _is_bnn_command():
+if not _is_bnn_entry_point():
     import_all()

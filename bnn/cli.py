@@ -24,9 +24,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from bnn import allocator, benchmark_flags, progress
+from bnn import benchmark_flags, progress, startup
 from bnn.config import DATASETS
 from bnn.errors import Interrupted, UserError
 
@@ -154,48 +154,6 @@ def _model_file(path: str) -> Path:
     return model
 
 
-@contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
-    """Standard error (file descriptor 2, so C++ code's writes too) sent to the null device."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 2)
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
-def _start_tensorflow(args: argparse.Namespace) -> None:
-    """Run set-up, once the user's input is checked: TensorFlow's pooling CPU allocator, bnn's
-    Keras objects registered, and TensorFlow imported without its start-up log lines (unless
-    ``--verbose`` or ``BNN_TF_LOG=1``). Those lines come from its native libraries while they
-    load and while the accelerator platforms are first probed, before any log-level setting
-    made inside the process applies, so those two steps run with standard error silenced; after
-    them ``TF_CPP_MIN_LOG_LEVEL=2`` keeps TensorFlow's informational lines and warnings out."""
-    allocator.select_pooling_allocator()
-    verbose = args.verbose or os.environ.get("BNN_TF_LOG", "").strip().lower() in (
-        "1", "true", "yes", "on")
-    if verbose or "tensorflow" in sys.modules:
-        import bnn
-
-        bnn.import_all()
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with _stderr_silenced():
-        import tensorflow as tf
-
-        tf.config.list_physical_devices()
-    tf.get_logger().setLevel("ERROR")
-    import bnn
-
-    bnn.import_all()
-
-
 # -- commands ----------------------------------------------------------------------------------
 
 def _run(args: argparse.Namespace, precisions: Sequence[str] | None) -> int:
@@ -218,7 +176,7 @@ def _train_and_report(args, config, plan, data_dir, shared_dir) -> int:
     from bnn.rundir import RunLock, prepare_run_dir
 
     if config.training.distribute == "multi_worker":
-        _start_tensorflow(args)  # the workers meet before any of them writes
+        startup.start_tensorflow(args.verbose)  # the workers meet before any of them writes
         from bnn.runtime import worker_run_dir
 
         place = worker_run_dir(config, shared_dir)
@@ -227,7 +185,7 @@ def _train_and_report(args, config, plan, data_dir, shared_dir) -> int:
     with place as run_dir, RunLock(run_dir):
         prepare_run_dir(run_dir, args.resume, args.overwrite)
         dump_config(config, run_dir / "config.yaml")
-        _start_tensorflow(args)
+        startup.start_tensorflow(args.verbose)
         from bnn import report as report_lib
         from bnn import training
 
@@ -255,7 +213,7 @@ def _summary(args: argparse.Namespace) -> int:
     from bnn.config import load_config
 
     config = load_config(args.config, args.overrides)
-    _start_tensorflow(args)
+    startup.start_tensorflow(args.verbose)
     from bnn import models, summary
     from bnn.data import load_arrays
 
@@ -275,7 +233,7 @@ def _bench(args: argparse.Namespace) -> int:
         benchmark_flags.check(args)
     except ValueError as error:
         raise UserError(f"bnn bench: {error}") from None
-    _start_tensorflow(args)
+    startup.start_tensorflow(args.verbose)
     from bnn import benchmark
 
     results = benchmark.run_from_args(args)
@@ -309,7 +267,7 @@ def _export(args: argparse.Namespace) -> int:
     _existing(args.source, "run directory or .keras file",
               "give a run directory written by 'bnn train' or a .keras model file")
     encoding = _pixel_encoding(args)
-    _start_tensorflow(args)
+    startup.start_tensorflow(args.verbose)
     from bnn import export
 
     info = export.export_model(args.source, args.output, input_encoding=encoding)
@@ -326,7 +284,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.compare:
         _model_file(args.compare)
     data_dir = _data_dir(args.data_dir)
-    _start_tensorflow(args)
+    startup.start_tensorflow(args.verbose)
     from bnn import data, export
 
     arrays = data.load_arrays(args.dataset, data_dir)
@@ -347,7 +305,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.compare:
         _model_file(args.compare)
     _existing(args.inputs, "input file", "give a .npy array of images")
-    _start_tensorflow(args)
+    startup.start_tensorflow(args.verbose)
     import numpy as np
 
     from bnn import data, export
@@ -377,7 +335,7 @@ def _predict(args: argparse.Namespace) -> int:
 def _import_larq(args: argparse.Namespace) -> int:
     _existing(args.model, "Larq model", "give a .h5 or .keras file or a SavedModel directory "
               "saved by Larq")
-    _start_tensorflow(args)
+    startup.start_tensorflow(args.verbose)
     from bnn.larq import conversion
 
     print(json.dumps(conversion.convert_file(args.model, args.output), indent=2))

@@ -123,3 +123,13 @@ def test_python_dash_m_bnn_runs_the_command(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert result.stderr.startswith("bnn: error: ") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("script", ["step_time", "inference", "conv_gradients"])
+def test_benchmark_scripts_start_without_tensorflow_log_lines(script):
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("TF_CPP_MIN_LOG_LEVEL", "BNN_TF_LOG")}
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--help"],
+                            capture_output=True, text=True, timeout=300, env=environment)
+    assert result.returncode == 0 and result.stdout.startswith("usage:")
+    assert result.stderr == ""
