@@ -32,6 +32,21 @@ OPTIMIZERS = ("adam", "sgd", "bop")
 _FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+def _widened_from(gradient):
+    """The bfloat16 tensor of which a traced float32 ``gradient`` is the cast (exact), through
+    any identities on the way, else ``gradient``. The native update reads bfloat16 gradients
+    itself, and the cast left without a reader is dropped from the graph: a pass over the
+    gradient less."""
+    if tf.executing_eagerly() or gradient.dtype != tf.float32:
+        return gradient
+    source = gradient
+    while source.op.type in ("Identity", "IdentityN"):
+        source = source.op.inputs[source.value_index]
+    if source.op.type == "Cast" and source.op.inputs[0].dtype == tf.bfloat16:
+        return source.op.inputs[0]
+    return gradient
+
+
 def _handle(variable):
     """The TensorFlow resource handle of a Keras or TensorFlow variable."""
     return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
@@ -56,7 +71,9 @@ class Adam(keras.optimizers.Adam):
     update (:meth:`bnn.kernels.Ops.adam_update`, the same float32 results as
     ``ResourceApplyAdam`` followed by the clip), where they run (:func:`bnn.kernels.preferred`)
     and XLA does not compile the step; Keras would clip it in a second pass over the weights
-    after the update (docs/speed.md, "Adam in one kernel").
+    after the update (docs/speed.md, "Adam in one kernel"). A float32 gradient that is the cast
+    of a bfloat16 one (a binary layer's kernel gradient under a bfloat16 policy) reaches that
+    update as the bfloat16 tensor, which it widens as it reads, and the cast is left out.
 
     Example::
 
@@ -111,8 +128,8 @@ class Adam(keras.optimizers.Adam):
                      / (1 - ops.power(scalar(self.beta_1), step)))
             kernels.ops().adam_update(
                 _handle(variable), _handle(self._momentums[index]),
-                _handle(self._velocities[index]), gradient, alpha, self.beta_1, self.beta_2,
-                self.epsilon, clip)
+                _handle(self._velocities[index]), _widened_from(gradient), alpha, self.beta_1,
+                self.beta_2, self.epsilon, clip)
             return
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(self._momentums[index]),

@@ -331,3 +331,27 @@ def test_adam_runs_clipped_updates_natively_outside_xla_only():
     assert "ClipByValue" not in plain
     compiled = ops_of(True)
     assert "BnnAdamUpdate" not in compiled and compiled.count("ClipByValue") == kernels_clipped
+
+
+@needs_native
+def test_adam_reads_a_widened_bfloat16_gradient_itself():
+    """A float32 gradient that is the cast of a bfloat16 one (through identities, as Keras hands
+    them over) reaches the native update as the bfloat16 tensor; other gradients as they are."""
+    model = tiny_mlp()
+    model.compile(optimizer=Adam(1e-3), loss="mse")
+    model.build((None, 8, 8))
+    variables = model.trainable_variables
+
+    def widened(v):
+        return tf.identity_n([tf.cast(tf.ones(v.shape, tf.bfloat16), tf.float32)])[0]
+
+    def grad_types(make):
+        fn = tf.function(lambda: model.optimizer.apply([make(v) for v in variables], variables))
+        graph = fn.get_concrete_function().graph
+        return [op.get_attr("T").name for op in graph.get_operations()
+                if op.type == "BnnAdamUpdate"]
+
+    assert grad_types(widened) == ["bfloat16"] * 3
+    assert grad_types(lambda v: tf.ones(v.shape) * 2.0) == ["float32"] * 3
+    eager = tf.constant([1.5])
+    assert bnn.optimizers._widened_from(eager) is eager
