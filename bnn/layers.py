@@ -13,6 +13,7 @@ per-channel shifts) are ReActNet's activations (Liu et al. 2020).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import keras
@@ -143,9 +144,7 @@ class _QuantizedLayer(_Quantization):
         """The latent kernel in its own dtype (float32), not autocast to a mixed-precision
         policy's compute dtype: its sign needs no cast, which would be a pass over the weights
         (under XLA a slow one, fused into the packing)."""
-        if _AUTOCAST_SCOPE is None:
-            return tf.convert_to_tensor(self.kernel)
-        with _AUTOCAST_SCOPE(None):
+        with contextlib.nullcontext() if _AUTOCAST_SCOPE is None else _AUTOCAST_SCOPE(None):
             return tf.convert_to_tensor(self.kernel)
 
     def _effective_kernel(self):

@@ -99,16 +99,22 @@ def test_binary_matmul_of_a_latent_kernel_is_the_product_of_its_signs(jit):
     np.testing.assert_allclose(dw, dw_ref, rtol=1e-6, atol=1e-5)
 
 
+def _bfloat16_case(seed):
+    """±1 bfloat16 inputs, a float32 latent kernel, a small-integer bfloat16 output gradient
+    (every product and sum exact in bfloat16), and the kernel's signs in bfloat16."""
+    rng = np.random.default_rng(seed)
+    x = tf.constant(_pm1(rng, (5, 70)), tf.bfloat16)
+    w = rng.uniform(-1, 1, (70, 12)).astype("float32")
+    dy = tf.constant(rng.integers(-3, 4, (5, 12)), tf.bfloat16)
+    return x, w, dy, tf.constant(np.where(w >= 0, 1.0, -1.0), tf.bfloat16)
+
+
 @pytest.mark.parametrize("jit", [False, True])
 def test_binary_matmul_in_bfloat16_has_the_gradients_of_the_bfloat16_product(jit):
     """Under a bfloat16 policy the input's gradient takes TensorFlow's product of the unpacked
     signs outside XLA and XLA's inside it; both equal the bfloat16 product of the signs (±1 and
     small integer sums are exact in bfloat16)."""
-    rng = np.random.default_rng(4)
-    x = tf.constant(_pm1(rng, (5, 70)), tf.bfloat16)
-    w = rng.uniform(-1, 1, (70, 12)).astype("float32")
-    dy = tf.constant(rng.integers(-3, 4, (5, 12)), tf.bfloat16)
-    signs = tf.constant(np.where(w >= 0, 1.0, -1.0), tf.bfloat16)
+    x, w, dy, signs = _bfloat16_case(4)
     fn = tf.function(bitops.binary_matmul, jit_compile=jit)
     y, dx, dw = _grads(fn, x, tf.constant(w, tf.bfloat16), dy)
     _, dx_ref, dw_ref = _grads(tf.matmul, x, signs, dy)
@@ -122,11 +128,7 @@ def test_binary_matmul_in_bfloat16_has_the_gradients_of_the_bfloat16_product(jit
 def test_binary_matmul_takes_a_float32_latent_kernel_beside_bfloat16_inputs(jit):
     """A float32 kernel beside bfloat16 inputs (a layer's latent kernel under a bfloat16
     policy) gives the bfloat16 product of its signs, and its gradient in float32."""
-    rng = np.random.default_rng(5)
-    x = tf.constant(_pm1(rng, (5, 70)), tf.bfloat16)
-    w = rng.uniform(-1, 1, (70, 12)).astype("float32")
-    dy = tf.constant(rng.integers(-3, 4, (5, 12)), tf.bfloat16)
-    signs = tf.constant(np.where(w >= 0, 1.0, -1.0), tf.bfloat16)
+    x, w, dy, signs = _bfloat16_case(5)
     fn = tf.function(bitops.binary_matmul, jit_compile=jit)
     y, dx, dw = _grads(fn, x, w, dy)
     y_ref, dx_ref, dw_ref = _grads(tf.matmul, x, signs, dy)

@@ -15,12 +15,15 @@ BNN = Path(sys.executable).with_name("bnn")
 COMMAND = [str(BNN)] if BNN.is_file() else [sys.executable, "-m", "bnn"]
 
 
+def user_environment() -> dict:
+    """This process's environment with TensorFlow's log level unset, as in a user's shell."""
+    return {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "BNN_TF_LOG")}
+
+
 def bnn(*args, cwd=None, **env):
-    """Runs the bnn command with TensorFlow's log level unset, as in a user's shell."""
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("TF_CPP_MIN_LOG_LEVEL", "BNN_TF_LOG")}
+    """Runs the bnn command in the user's environment (:func:`user_environment`)."""
     return subprocess.run(COMMAND + [str(a) for a in args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**environment, **env})
+                          timeout=300, cwd=cwd, env={**user_environment(), **env})
 
 
 # What the command imported when it stopped, from inside the same process.
@@ -127,9 +130,7 @@ def test_python_dash_m_bnn_runs_the_command(tmp_path):
 
 @pytest.mark.parametrize("script", ["step_time", "inference", "conv_gradients"])
 def test_benchmark_scripts_start_without_tensorflow_log_lines(script):
-    environment = {k: v for k, v in os.environ.items()
-                   if k not in ("TF_CPP_MIN_LOG_LEVEL", "BNN_TF_LOG")}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--help"],
-                            capture_output=True, text=True, timeout=300, env=environment)
+                            capture_output=True, text=True, timeout=300, env=user_environment())
     assert result.returncode == 0 and result.stdout.startswith("usage:")
     assert result.stderr == ""
