@@ -26,7 +26,7 @@ from bnn import cpu, kernels, settings
 from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
-           "binary_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
+           "binary_matmul", "sign_kernel_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
            "native_training_ops", "xla_conv_gradients", "conv_gradient_kernels",
            "PATCHES_MAX_POSITIONS"]
 
@@ -182,20 +182,57 @@ def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 @compiled
 def _matmul_operands(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """``x`` packed along its rows as a ``(batch, 1, 1, words)`` image, ``w`` packed along its
-    columns, and ``w``'s int32 halves for the backward pass."""
+    """``x`` packed along its rows as a ``(batch, 1, 1, words)`` image and ``w`` packed along its
+    columns, for the forward product; for ``w``'s gradient, ``x`` packed along its columns
+    (float32), or for ``x``'s, ``w``'s int32 halves (other dtypes)."""
     x_words = pack(x >= 0, axis=-1)
-    return (tf.reshape(x_words, [-1, 1, 1, int(x_words.shape[-1])]), pack(w >= 0, axis=0),
-            pack(w >= 0, axis=0, word_bits=32))
+    backward = (_pack_columns(x >= 0) if x.dtype == tf.float32
+                else pack(w >= 0, axis=0, word_bits=32))
+    return tf.reshape(x_words, [-1, 1, 1, int(x_words.shape[-1])]), pack(w >= 0, axis=0), backward
 
 
-def _native_matmul(native: kernels.Ops, x: tf.Tensor, w: tf.Tensor
-                   ) -> tuple[tf.Tensor, tf.Tensor]:
-    """:func:`_packed_matmul`'s results with the product on the native kernels (a 1x1
-    convolution of one-pixel images)."""
-    x_words, w_words, w_halves = _matmul_operands(x, w)
-    y = native.xor_popcount_conv2d(x_words, w_words, (1, 1), (1, 1), int(w.shape[0]), x.dtype)
-    return tf.reshape(y, [-1, int(w.shape[1])]), w_halves
+def _pack_columns(bits: tf.Tensor) -> tf.Tensor:
+    """A bool matrix ``(rows, n)`` packed along its rows, whose number may be unknown when traced
+    (a batch): ``(n, ceil(rows / 64))`` int64 words, as :func:`pack` packs."""
+    columns = tf.transpose(bits)
+    columns = tf.pad(columns, [[0, 0], [0, -tf.shape(columns)[1] % WORD_BITS]])
+    columns = tf.reshape(tf.cast(columns, tf.int32), [int(bits.shape[1]), -1, 2, 32])
+    shifts = tf.constant(np.arange(32, dtype=np.int32))
+    halves = tf.cast(tf.reduce_sum(tf.bitwise.left_shift(columns, shifts), axis=-1), tf.int64)
+    low = tf.bitwise.bitwise_and(halves[..., 0], 0xFFFFFFFF)
+    return tf.bitwise.bitwise_or(low, tf.bitwise.left_shift(halves[..., 1], 32))
+
+
+def _native_matmul(native: kernels.Ops, x: tf.Tensor, w: tf.Tensor):
+    """:func:`binary_matmul` on the native kernels: the forward product as a 1x1 convolution of
+    one-pixel images, and a function of ``dy`` for the gradients. In float32 these are products
+    of ``dy`` with the operands' sign bits (:meth:`bnn.kernels.Ops.sign_matmul`); in bfloat16,
+    the unpacked kernel's and the input's products with ``dy`` (where CPUs have bfloat16 dot
+    products, such as AVX-512 BF16, TensorFlow's are faster)."""
+    x_image, w_words, backward = _matmul_operands(x, w)
+    n, units = (int(d) for d in w.shape)
+    y = native.xor_popcount_conv2d(x_image, w_words, (1, 1), (1, 1), n, x.dtype)
+
+    def gradients(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if x.dtype != tf.float32:
+            return _unpacked_gradients(x, w, dy, backward)
+        # dx^T = sign(w) @ dy^T, from w's words packed along its rows
+        dx = native.sign_matmul(w_words, dy, rows=n, transpose_f=True, transpose_output=True)
+        dw = native.sign_matmul(backward, dy)  # sign(x)^T @ dy
+        return dx, tf.cast(dw, w.dtype)
+
+    return tf.reshape(y, [-1, units]), gradients
+
+
+def _unpacked_gradients(x, w, dy, w_halves):
+    """:func:`binary_matmul`'s gradients as float products, with ``w``'s signs unpacked from
+    its int32 halves."""
+    n = int(w.shape[0])
+    if dy.dtype == tf.float32 or in_xla_context():
+        dx = _matmul_signs_transposed(dy, w_halves, n)
+    else:  # XLA's CPU products in 16-bit floats are slow; TensorFlow's (oneDNN) are not
+        dx = tf.matmul(dy, _unpack_xla(w_halves, n, dy.dtype, axis=0), transpose_b=True)
+    return dx, tf.cast(tf.matmul(x, dy, transpose_a=True), w.dtype)
 
 
 @compiled
@@ -218,25 +255,55 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor, training: bool = False) -> tf.Tens
     only its signs are read, and its gradient comes back in its own dtype.
 
     With ``training=True`` outside XLA the product runs on the native kernels where
-    :func:`native_training_ops` has them (the same integers).
+    :func:`native_training_ops` has them (the same integers), and in float32 so do the
+    gradients: ``x`` and ``w`` are ±1, so each is a product of sign bits with a float32 matrix,
+    which the kernels compute by table lookup with 8 times fewer additions than a matrix product
+    has multiply-adds (:meth:`bnn.kernels.Ops.sign_matmul`; equal to ``tf.matmul`` up to float32
+    rounding).
     """
     native = native_training_ops(x.dtype) if training else None
 
     @tf.custom_gradient
     def op(x, w):
-        y, w_halves = (_packed_matmul(x, w) if native is None else _native_matmul(native, x, w))
+        if native is not None:
+            y, gradients = _native_matmul(native, x, w)
+            return y, gradients
+        y, w_halves = _packed_matmul(x, w)
+        return y, lambda dy: _unpacked_gradients(x, w, dy, w_halves)
+
+    return op(x, tf.convert_to_tensor(w))
+
+
+def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Tensor:
+    """``x @ sign(w)`` for a real-valued float32 ``x`` ``(batch, n)`` (a first layer's input) and
+    ``w``
+    ``(n, units)``, on the native kernels: ``(sign(w)^T @ x^T)^T`` by
+    :meth:`bnn.kernels.Ops.sign_matmul`, 8 times fewer additions than the float product has
+    multiply-adds, equal to it up to float32 rounding. Gradients as :func:`binary_matmul`'s:
+    ``dy @ sign(w)^T`` for ``x`` and ``x^T @ dy`` for ``w``, so ``w`` may be the latent kernel
+    where its straight-through mask is all ones."""
+
+    if x.dtype != tf.float32:
+        raise ValueError(f"sign_kernel_matmul takes float32 inputs, got {x.dtype.name}")
+
+    @tf.custom_gradient
+    def op(x, w):
+        n = int(w.shape[0])
+        w_words = _pack_kernel(w)
+        y = native.sign_matmul(tf.transpose(w_words), x, transpose_f=True, transpose_output=True)
 
         def grad(dy):
-            n = int(w.shape[0])
-            if dy.dtype == tf.float32 or in_xla_context():
-                dx = _matmul_signs_transposed(dy, w_halves, n)
-            else:  # XLA's CPU products in 16-bit floats are slow; TensorFlow's (oneDNN) are not
-                dx = tf.matmul(dy, _unpack_xla(w_halves, n, dy.dtype, axis=0), transpose_b=True)
+            dx = native.sign_matmul(w_words, dy, rows=n, transpose_f=True, transpose_output=True)
             return dx, tf.cast(tf.matmul(x, dy, transpose_a=True), w.dtype)
 
         return y, grad
 
     return op(x, tf.convert_to_tensor(w))
+
+
+@compiled
+def _pack_kernel(w: tf.Tensor) -> tf.Tensor:
+    return pack(w >= 0, axis=0)
 
 
 def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:

@@ -8,7 +8,9 @@ exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 co
 float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
 ``adam_update.cc`` adds the one-pass Adam update (and weight clip) of :class:`bnn.optimizers.Adam`
 (:meth:`Ops.adam_update`), and ``sign_patches.cc`` the ±1 patches of a packed image that binary
-convolutions take their kernel gradient from (:meth:`Ops.sign_patches`). The first call to
+convolutions take their kernel gradient from (:meth:`Ops.sign_patches`), and ``sign_matmul.cc``
+the products of sign bits with float32 matrices that binary dense layers take their gradients
+from (:meth:`Ops.sign_matmul`). The first call to
 :func:`library` compiles them with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
 against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
 with its own per-function target, so one build runs every variant the CPU has), caches the shared
@@ -51,10 +53,12 @@ __all__ = ["SOURCE", "SOURCES", "VARIANTS", "Ops", "cache_dir", "setting", "libr
            "pixel_table_sign", "adam_reference"]
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
-#: Every source compiled into the library: the xor-popcount ops, the Adam update and the ±1
-#: patches of packed images.
-SOURCES = (SOURCE, Path(__file__).with_name("adam_update.cc"),
-           Path(__file__).with_name("sign_patches.cc"))
+#: Every source compiled into the library: the xor-popcount ops, the Adam update, the ±1
+#: patches of packed images and the sign-bit matrix products.
+SOURCES = tuple(Path(__file__).with_name(name) for name in (
+    "xor_popcount.cc", "adam_update.cc", "sign_patches.cc", "sign_matmul.cc"))
+#: Headers the sources include (part of the build's cache key).
+HEADERS = (Path(__file__).with_name("bit_transpose.h"),)
 #: Instruction-set variants of the ops, slowest first.
 VARIANTS = settings.KERNEL_VARIANTS
 _BUILD_TIMEOUT_S = 600
@@ -141,7 +145,7 @@ def _build(choice: str) -> _Loaded:
         return _Loaded(None, reason="no C++ compiler found (set CXX or install g++)")
     command = _command(compiler, Path("OUT"))
     key = hashlib.sha256("\n".join([
-        *(source.read_text() for source in SOURCES), tf.__version__, tf.sysconfig.get_lib(),
+        *(source.read_text() for source in (*SOURCES, *HEADERS)), tf.__version__, tf.sysconfig.get_lib(),
         compiler, *command, _cpu_signature()]).encode()).hexdigest()[:20]
     target = cache_dir() / f"xor_popcount-{key}.so"
     if not target.exists():
@@ -230,7 +234,7 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
             return f"native kernels ({isa}) gave wrong results in their check"
-    return _adam_check(lib) or _patches_check(lib, runs)
+    return _adam_check(lib) or _patches_check(lib, runs) or _sign_matmul_check(lib, runs)
 
 
 def _patches_check(lib, runs: tuple[str, ...]) -> str | None:
@@ -250,6 +254,30 @@ def _patches_check(lib, runs: tuple[str, ...]) -> str | None:
             if not np.array_equal(got.astype(np.float64), expected):
                 return (f"native ±1 patches ({isa}) gave wrong results in their check "
                         f"({dtype.name})")
+    return None
+
+
+def _sign_matmul_check(lib, runs: tuple[str, ...]) -> str | None:
+    """Compares the sign-bit products with numpy on a small case with ragged sizes, in every
+    layout."""
+    rng = np.random.default_rng(17)
+    s = np.where(rng.random((70, 75)) < 0.5, 1.0, -1.0)
+    f = rng.integers(-8, 9, (75, 45)).astype(np.float32)  # small integers: every sum exact
+    expected = s @ f
+    along_q, along_m = _pack_rows(s), np.ascontiguousarray(_pack_rows(s.T).T)
+    for isa in runs:
+        try:
+            got = [lib.bnn_sign_matmul(signs, operand, rows=rows, transpose_signs=rows >= 0,
+                                       transpose_f=transpose_f, transpose_output=transpose,
+                                       isa=isa).numpy()
+                   for signs, rows in ((along_q, -1), (along_m, 70))
+                   for transpose_f, operand in ((False, f), (True, f.T.copy()))
+                   for transpose in (False, True)]
+        except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
+            return f"native sign-bit products ({isa}) failed their check: {exc}"
+        if not all(np.array_equal(g, expected.T if i % 2 else expected)
+                   for i, g in enumerate(got)):
+            return f"native sign-bit products ({isa}) gave wrong results in their check"
     return None
 
 
@@ -406,6 +434,21 @@ class Ops:
         return self._lib.bnn_sign_patches(x_words, kh=int(kh), kw=int(kw), sh=int(sh),
                                           sw=int(sw), c=int(channels), T=dtype,
                                           isa=self.variant)
+
+    def sign_matmul(self, signs: tf.Tensor, f: tf.Tensor, rows: int | None = None,
+                    transpose_f: bool = False, transpose_output: bool = False) -> tf.Tensor:
+        """float32 ``s @ f`` for float32 ``f`` ``(q, p)`` (given as ``(p, q)`` with
+        ``transpose_f``) and the ±1 matrix ``s`` ``(m, q)`` given by its sign bits, +1 where set,
+        packed as :func:`bnn.bitops.pack` packs: along ``q``, int64 ``(m, ceil(q / 64))``; or,
+        with ``rows=m``, along ``m``, int64 ``(ceil(m / 64), q)``. ``(p, m)`` with
+        ``transpose_output``. Each output row's sum is looked up 8 rows of ``f`` at a time in
+        tables of their 256 signed sums: ``q / 8`` additions per value instead of ``q``
+        multiply-adds; equal to the float product up to rounding."""
+        return self._lib.bnn_sign_matmul(signs, f, rows=-1 if rows is None else int(rows),
+                                         transpose_signs=rows is not None,
+                                         transpose_f=bool(transpose_f),
+                                         transpose_output=bool(transpose_output),
+                                         isa=self.variant)
 
     def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
         """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""

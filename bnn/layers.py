@@ -209,6 +209,10 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
             kernel = (self._latent_kernel() if self._kernel_kept_in_range()
                       else self._effective_kernel())
             x = bitops.binary_matmul(x, kernel, training=training is True)
+        elif (native := self._native_sign_kernel(x, training)) is not None:
+            kernel = (self._latent_kernel() if self._kernel_kept_in_range()
+                      else self._effective_kernel())
+            x = bitops.sign_kernel_matmul(x, kernel, native)
         else:
             x = ops.matmul(x, self._effective_kernel())
         if self.bias is not None:
@@ -216,6 +220,18 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         if self.activation is not None:
             x = self.activation(x)
         return x
+
+    def _native_sign_kernel(self, x, training):
+        """The native kernels for a training step's product of real-valued float32 inputs (a
+        first layer's) with a ±1 kernel (:func:`bnn.bitops.sign_kernel_matmul`), where they
+        apply; else ``None``."""
+        q_k = self.kernel_quantizer
+        if (training is not True or not self.quantized or self.input_quantizer is not None
+                or self.scale_kernel or not getattr(q_k, "plus_minus_one", False)
+                or len(x.shape) != 2 or x.dtype != tf.float32
+                or not bitops.packed_training_enabled(self.compute_dtype)):
+            return None
+        return bitops.native_training_ops(x.dtype)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), **self._quantization_config()}

@@ -28,6 +28,7 @@
 #define BNN_X86 1
 #endif
 
+#include "bit_transpose.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -79,18 +80,6 @@ REGISTER_OP("BnnSignPatches")
 
 // Patches of at least this many bytes are written past the caches.
 constexpr int64_t kStreamBytes = int64_t{8} << 20;
-
-// A 64x64 bit matrix, row i in a[i] (bit t: column t), transposed in place: a[t] bit i holds it.
-inline void Transpose64(uint64_t* a) {
-  uint64_t m = 0x00000000FFFFFFFFULL;
-  for (int j = 32; j != 0; j >>= 1, m ^= m << j) {
-    for (int k = 0; k < 64; k = ((k | j) + 1) & ~j) {
-      const uint64_t t = ((a[k] >> j) ^ a[k | j]) & m;
-      a[k | j] ^= t;
-      a[k] ^= t << j;
-    }
-  }
-}
 
 // The `n` <= 32 plane bits from bit `offset` on, every `step`-th (the plane row ends in a zero
 // word, so reading one word past the bits is safe).

@@ -215,8 +215,50 @@ def test_training_products_run_natively_with_the_same_results_and_gradients(monk
         return tape.gradient(loss, [a, b])
 
     assert ("BnnSignPatches" in _op_types(gradients_of, x, w)) is (gradients == "patches")
+    # float32 dense gradients are products of sign bits; bfloat16 ones stay TensorFlow's
+    assert ("BnnSignMatmul" in _op_types(gradients_of, x, w)) is (
+        layer == "dense" and dtype == tf.float32)
     assert "BnnXorPopcountConv2d" not in _op_types(
         tf.function(lambda a, b: fn(a, b, True), jit_compile=True), x, w)
+
+
+@needs_native
+@pytest.mark.parametrize("kept_in_range", [True, False])
+def test_first_binary_dense_layer_trains_on_sign_bit_products(kept_in_range):
+    """A first layer (real-valued inputs, ±1 kernel) in a float32 training step takes its
+    product and input gradient from the native sign-bit products: equal to the float product of
+    the kernel's signs up to rounding, with the straight-through kernel gradient; inference keeps
+    the float product."""
+    rng = np.random.default_rng(4)
+    clip = {} if kept_in_range else {"kernel_constraint": None}  # default: WeightClip(1)
+    layer = bnn.layers.BinaryDense(70, input_quantizer=None, **clip)
+    layer.build((None, 130))
+    layer.kernel.assign(rng.uniform(-1 if kept_in_range else -1.5, 1.5, (130, 70)).clip(
+        -1 if kept_in_range else -2, 1 if kept_in_range else 2))
+    x = tf.constant(rng.normal(0, 1, (9, 130)), tf.float32)
+    dy = tf.constant(rng.normal(0, 1, (9, 70)), tf.float32)
+
+    def run(training):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(layer(x, training=training) * dy)
+        return [loss, *tape.gradient(loss, [x, layer.kernel])]
+
+    native, reference = (tf.function(lambda t=training: run(t))() for training in (True, False))
+    for got, expected in zip(native, reference):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-4)
+    signs = np.where(layer.kernel.numpy() >= 0, 1.0, -1.0)
+    np.testing.assert_allclose(native[1].numpy(), dy.numpy() @ signs.T, rtol=1e-5, atol=1e-4)
+    mask = np.abs(layer.kernel.numpy()) <= 1
+    np.testing.assert_allclose(native[2].numpy(), (x.numpy().T @ dy.numpy()) * mask, rtol=1e-5,
+                               atol=1e-4)
+    assert "BnnSignMatmul" in _op_types(lambda: run(True))
+    assert "BnnSignMatmul" not in _op_types(lambda: run(False))
+
+
+def test_sign_kernel_matmul_takes_float32_only():
+    with pytest.raises(ValueError, match="takes float32 inputs, got bfloat16"):
+        bitops.sign_kernel_matmul(tf.zeros([2, 3], tf.bfloat16), tf.zeros([3, 4]), None)
 
 
 @needs_native

@@ -284,6 +284,62 @@ def test_sign_patches_reject_inconsistent_shapes(shape, channels, kernel, messag
         kernels.ops().sign_patches(np.zeros(shape, np.int64), kernel, (1, 1), channels)
 
 
+def _sign_matmul_case(rng, m, q, p, along_m):
+    """±1 ``s`` (m, q), integer ``f`` (q, p) (every sum exact), and ``s`` packed along q, or
+    along m (``rows=m``)."""
+    s = _signs(rng, (m, q))
+    f = rng.integers(-8, 9, (q, p)).astype(np.float32)
+    signs = (pack_bits(s.T, axis=1).reshape(q, -1).T.copy() if along_m
+             else pack_bits(s, axis=1).reshape(m, -1))
+    return s, f, signs
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 140), q=st.integers(1, 300), p=st.integers(1, 300),
+       along_m=st.booleans(), transpose_f=st.booleans(), transpose_output=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_sign_matmul_equals_numpy(variant, m, q, p, along_m, transpose_f, transpose_output,
+                                  seed):
+    """Ragged sizes: partial byte groups and column blocks, one to ten blocks (split by blocks
+    or by byte groups), signs packed either way."""
+    s, f, signs = _sign_matmul_case(np.random.default_rng(seed), m, q, p, along_m)
+    got = kernels.ops(variant).sign_matmul(signs, f.T.copy() if transpose_f else f,
+                                           rows=m if along_m else None, transpose_f=transpose_f,
+                                           transpose_output=transpose_output)
+    expected = s @ f
+    np.testing.assert_array_equal(got.numpy(), expected.T if transpose_output else expected)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+def test_sign_matmul_of_real_values_is_the_product_up_to_rounding(variant):
+    """A binary dense layer's gradient shapes: 2048 sums of normal values."""
+    rng = np.random.default_rng(21)
+    s = _signs(rng, (300, 2048))
+    f = rng.normal(0, 1, (2048, 100)).astype(np.float32)
+    got = kernels.ops(variant).sign_matmul(pack_bits(s, axis=1).reshape(300, -1), f)
+    np.testing.assert_allclose(got.numpy(), s @ f.astype(np.float64), rtol=0, atol=2e-4)
+
+
+@needs_native
+@pytest.mark.parametrize("shape, f_shape, rows, message", [
+    ((3, 1), (65, 4), None, "f has 65 rows, whose signs take 2 words per row; signs have 1"),
+    ((1, 5), (4, 2), 65, r"signs of 65 rows by 4 packed along the rows take \(2, 4\) words"),
+])
+def test_sign_matmul_rejects_inconsistent_shapes(shape, f_shape, rows, message):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        kernels.ops().sign_matmul(np.zeros(shape, np.int64), np.zeros(f_shape, np.float32),
+                                  rows=rows)
+
+
+@needs_native
+def test_sign_matmul_with_no_terms_is_zero():
+    got = kernels.ops().sign_matmul(np.zeros((3, 0), np.int64), np.zeros((0, 5), np.float32))
+    np.testing.assert_array_equal(got.numpy(), np.zeros((3, 5)))
+
+
 @needs_native
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 @settings(max_examples=10, deadline=None)
@@ -455,7 +511,7 @@ def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
     fresh_state.setenv("CXX", "false")  # a "compiler" that always fails
     assert not kernels.available()
     assert kernels.unavailable_reason().startswith(
-        "compiling xor_popcount.cc, adam_update.cc and sign_patches.cc failed")
+        "compiling xor_popcount.cc, adam_update.cc, sign_patches.cc and sign_matmul.cc failed")
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
 
 
