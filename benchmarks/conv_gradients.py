@@ -1,4 +1,4 @@
-"""A binary convolution's kernel gradient: TensorFlow's kernel against bnn's ±1 patches.
+"""A binary convolution's kernel gradient: TensorFlow's kernel against bnn's patch-bit lookup.
 
     python benchmarks/conv_gradients.py [--quick] [--batch-size 100] [--filters 128,...]
                                         [--dtype bfloat16|float32] [--blocks 5] [--json PATH]
@@ -11,16 +11,19 @@ blocks:
 - ``forward_ms``: TensorFlow's forward convolution of the layer, the reference for its size;
 - ``tensorflow_ms``: TensorFlow's kernel-gradient convolution (``Conv2DBackpropFilter``) of the
   padded ±1 input, what the binary layer runs with ``BNN_CONV_GRADIENTS=tensorflow``;
-- ``patches_ms``: the native ±1 patches of the packed input alone
-  (:meth:`bnn.kernels.Ops.sign_patches`);
-- ``patches_product_ms``: the patches and their product with the output gradient, the kernel
-  gradient with ``BNN_CONV_GRADIENTS=patches``;
+- ``patches_product_ms``: the native ±1 patches of the packed input
+  (:meth:`bnn.kernels.Ops.sign_patches`) in the float dtype and their matrix product with the
+  output gradient;
+- ``bits_ms``: the patches as sign bits alone;
+- ``lookup_ms``: the sign bits and their product with the output gradient by table lookup
+  (:meth:`bnn.kernels.Ops.sign_matmul`, in float32), the kernel gradient with
+  ``BNN_CONV_GRADIENTS=patches``;
 
-and reports medians over blocks, ``tensorflow / patches``, the median over blocks of the ratio
-of neighbouring blocks, which kernels ``bnn.bitops.conv_gradient_kernels`` picks for the layer
-by default on this machine, and the largest difference between the two gradients relative to
-the largest gradient (the same sums in another order: 0 in float32 up to rounding, a few units
-of bfloat16's last place where a sum rounds differently). It needs the native kernels.
+and reports medians over blocks, ``tensorflow / lookup``, the median over blocks of the ratio
+of neighbouring blocks, which kernels ``bnn.bitops.conv_gradient_kernels`` picks on this machine,
+and the largest difference between the lookup's gradient and TensorFlow's relative to the
+largest gradient (the same sums in another order: 0 in float32 up to rounding; in bfloat16,
+TensorFlow's rounding of its sums). It needs the native kernels.
 """
 
 from __future__ import annotations
@@ -66,8 +69,8 @@ def _timers(size: int, c: int, f: int, batch: int, dtype: tf.DType, rng):
     native = kernels.ops()
     strides = [1, 1, 1, 1]
 
-    def patches():
-        return native.sign_patches(words, (3, 3), (1, 1), c, dtype)
+    def bits():
+        return native.sign_patches(words, (3, 3), (1, 1), c, tf.int64)
 
     ops = {
         "forward": lambda: tf.raw_ops.Conv2D(input=padded, filter=w, strides=strides,
@@ -75,9 +78,12 @@ def _timers(size: int, c: int, f: int, batch: int, dtype: tf.DType, rng):
         "tensorflow": lambda: tf.raw_ops.Conv2DBackpropFilter(
             input=padded, filter_sizes=[3, 3, c, f], out_backprop=dy, strides=strides,
             padding="VALID"),
-        "patches": lambda: patches()[:1, :1],
-        "patches_product": lambda: tf.reshape(tf.matmul(patches(), tf.reshape(dy, [-1, f])),
-                                              [3, 3, c, f]),
+        "patches_product": lambda: tf.reshape(
+            tf.matmul(native.sign_patches(words, (3, 3), (1, 1), c, dtype),
+                      tf.reshape(dy, [-1, f])), [3, 3, c, f]),
+        "bits": lambda: bits()[:1, :1],
+        "lookup": lambda: tf.reshape(native.sign_matmul(
+            bits(), tf.cast(tf.reshape(dy, [-1, f]), tf.float32)), [3, 3, c, f]),
     }
     return {name: tf.function(fn) for name, fn in ops.items()}
 
@@ -91,7 +97,7 @@ def _time_once(fn) -> float:
 def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int, rng) -> dict:
     timers = _timers(size, c, f, batch, dtype, rng)
     reference = timers["tensorflow"]().numpy().astype(np.float64)
-    difference = np.abs(timers["patches_product"]().numpy().astype(np.float64) - reference)
+    difference = np.abs(timers["lookup"]().numpy().astype(np.float64) - reference)
     for fn in timers.values():  # warm-up: tracing, oneDNN's primitive caches
         fn()
     times: dict[str, list[float]] = {name: [] for name in timers}
@@ -101,8 +107,8 @@ def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int,
             times[name].append(_time_once(timers[name]))
     row = {"size": size, "in_channels": c, "filters": f}
     row.update({f"{name}_ms": statistics.median(t) for name, t in times.items()})
-    row["tensorflow_over_patches"] = paired_ratio(times["tensorflow"], times["patches_product"])
-    row["default_kernels"] = bitops.conv_gradient_kernels(dtype, size * size)
+    row["tensorflow_over_lookup"] = paired_ratio(times["tensorflow"], times["lookup"])
+    row["default_kernels"] = bitops.conv_gradient_kernels()
     row["max_relative_difference"] = float(difference.max() / max(np.abs(reference).max(), 1e-30))
     return row
 
@@ -141,18 +147,21 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     rows = [measure(size, c, f, args.batch_size, dtype, args.blocks, rng)
             for size, c, f in layer_shapes(args.filters)]
-    print(f"| layer | forward ms | TensorFlow kernel gradient ms | patches ms | patches + product "
-          f"ms | TensorFlow / patches | default | max rel. difference |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| layer | forward ms | TensorFlow kernel gradient ms | ±1 patches + product ms | "
+          "patch bits ms | bits + lookup ms | TensorFlow / lookup | default | "
+          "max rel. difference |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['size']}x{r['size']}, {r['in_channels']} -> {r['filters']} | "
-              f"{r['forward_ms']:.1f} | {r['tensorflow_ms']:.1f} | {r['patches_ms']:.1f} | "
-              f"{r['patches_product_ms']:.1f} | {r['tensorflow_over_patches']:.2f} | "
-              f"{r['default_kernels']} | {r['max_relative_difference']:.1e} |")
-    total = {key: sum(r[key] for r in rows) for key in ("tensorflow_ms", "patches_product_ms")}
-    print(f"\nAll layers: TensorFlow {total['tensorflow_ms']:.1f} ms, patches + product "
-          f"{total['patches_product_ms']:.1f} ms; {args.dtype}, batch {args.batch_size}, "
-          f"kernels {kernels.variant()}.")
+              f"{r['forward_ms']:.1f} | {r['tensorflow_ms']:.1f} | "
+              f"{r['patches_product_ms']:.1f} | {r['bits_ms']:.1f} | {r['lookup_ms']:.1f} | "
+              f"{r['tensorflow_over_lookup']:.2f} | {r['default_kernels']} | "
+              f"{r['max_relative_difference']:.1e} |")
+    total = {key: sum(r[key] for r in rows)
+             for key in ("tensorflow_ms", "patches_product_ms", "lookup_ms")}
+    print(f"\nAll layers: TensorFlow {total['tensorflow_ms']:.1f} ms, ±1 patches + product "
+          f"{total['patches_product_ms']:.1f} ms, bits + lookup {total['lookup_ms']:.1f} ms; "
+          f"{args.dtype}, batch {args.batch_size}, kernels {kernels.variant()}.")
     if args.json:
         args.json.write_text(json.dumps({
             "dtype": args.dtype, "batch_size": args.batch_size, "filters": list(args.filters),

@@ -26,9 +26,9 @@ from bnn import cpu, kernels, settings
 from bnn.xla import compiled, computed_once, in_xla_context
 
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
-           "binary_matmul", "sign_kernel_matmul", "binary_conv2d", "same_pads", "packed_training_enabled",
-           "native_training_ops", "xla_conv_gradients", "conv_gradient_kernels",
-           "PATCHES_MAX_POSITIONS"]
+           "binary_matmul", "sign_kernel_matmul", "binary_conv2d", "same_pads",
+           "packed_training_enabled", "native_training_ops", "xla_conv_gradients",
+           "conv_gradient_kernels"]
 
 WORD_BITS = 64
 _BLOCK_WORDS = 4
@@ -376,29 +376,22 @@ def _conv2d_gradients_xla(x_words, w, dy, x_shape, strides, padding):
 _unpack_xla = compiled(unpack)
 
 
-#: Output positions per image (16 x 16) up to which a bfloat16 kernel gradient comes from the
-#: ±1 patches by default (see :func:`conv_gradient_kernels`).
-PATCHES_MAX_POSITIONS = 256
+def conv_gradient_kernels() -> str:
+    """Which kernels compute :func:`binary_conv2d`'s gradients where the model itself is not
+    compiled by XLA:
 
-
-def conv_gradient_kernels(dtype: tf.DType = tf.float32, positions: int | None = None) -> str:
-    """Which kernels compute :func:`binary_conv2d`'s gradients, for gradients in ``dtype`` and
-    a layer with ``positions`` output positions per image (``None``: any layer), where the
-    model itself is not compiled by XLA:
-
-    - ``"xla"``: both gradients as one XLA computation. The default on a CPU without AVX-512
-      and with no GPU in sight: there, XLA's backward convolutions took 0.4-0.8x the time of
-      TensorFlow's on VGG-small's layers.
-    - ``"patches"``: the kernel gradient as one matrix product of the packed input's ±1 patches
-      (:meth:`bnn.kernels.Ops.sign_patches`) with the output gradient, the input gradient
-      TensorFlow's. The default for bfloat16 gradients of layers with at most
-      :data:`PATCHES_MAX_POSITIONS` output positions per image on other CPUs with no GPU in
-      sight: on a Zen 4 CPU, oneDNN's bfloat16 kernel-gradient convolution of VGG-small's 8 x 8
-      and 16 x 16 layers took 1.2-2.8x the time of the patches and their product, on its
-      32 x 32 layer 1.1x, where the whole train step was faster without them. Used where a
-      training step runs the native kernels (:func:`native_training_ops`); elsewhere
-      TensorFlow's kernels.
-    - ``"tensorflow"``: TensorFlow's backward convolutions (oneDNN's on x86).
+    - ``"patches"``: the kernel gradient from the packed input's patches as sign bits
+      (:meth:`bnn.kernels.Ops.sign_patches`), multiplied with the output gradient by table
+      lookup (:meth:`bnn.kernels.Ops.sign_matmul`); the input gradient TensorFlow's, or XLA's
+      on a CPU without AVX-512. The default wherever training steps run bnn's native kernels
+      (:func:`native_training_ops`): on VGG-small's layers the lookup took 0.4-0.8x the time of
+      TensorFlow's kernel-gradient convolution (float32 and bfloat16, Zen 4) and 0.2-0.3x that
+      of XLA's two gradients with everything held to AVX2. Elsewhere TensorFlow's kernels.
+    - ``"xla"``: both gradients as one XLA computation. The default on a CPU without AVX-512,
+      no GPU in sight and no native kernels: there, XLA's backward convolutions took 0.4-0.8x
+      the time of TensorFlow's on VGG-small's layers.
+    - ``"tensorflow"``: TensorFlow's backward convolutions (oneDNN's on x86); the default
+      elsewhere.
 
     ``BNN_CONV_GRADIENTS`` overrides the choice for every layer (``auto``, the default, chooses
     as above)."""
@@ -407,26 +400,35 @@ def conv_gradient_kernels(dtype: tf.DType = tf.float32, positions: int | None = 
         return setting
     if tf.config.list_physical_devices("GPU"):
         return "tensorflow"
-    if "avx512f" not in cpu.flags():
-        return "xla"
-    if dtype == tf.bfloat16 and (positions is None or positions <= PATCHES_MAX_POSITIONS):
+    if kernels.preferred():
         return "patches"
-    return "tensorflow"
+    return "xla" if "avx512f" not in cpu.flags() else "tensorflow"
 
 
 def xla_conv_gradients() -> bool:
-    """Whether :func:`conv_gradient_kernels` chooses XLA (for float32 gradients)."""
+    """Whether :func:`conv_gradient_kernels` chooses XLA."""
     return conv_gradient_kernels() == "xla"
 
 
-def _conv2d_gradients_patches(native: kernels.Ops, x_words, w, dy, x_shape, strides, padding):
-    """:func:`_conv2d_gradients` with the kernel's gradient a product of the ±1 patches of the
-    packed input ``x_words`` with ``dy``."""
+@compiled
+def _input_gradient_xla(w, dy, x_dims, strides, padding):
+    """:func:`_input_gradient` as an XLA computation, for inputs of ``x_dims`` (height, width,
+    channels)."""
+    return _input_gradient(w, dy, tf.concat([tf.shape(dy)[:1], x_dims], 0), strides, padding)
+
+
+def _conv2d_gradients_patches(native: kernels.Ops, x_words, w, dy, x_dims, strides, padding):
+    """:func:`_conv2d_gradients` with the kernel's gradient the product of the sign bits of the
+    packed input ``x_words``' patches with ``dy``, by table lookup in float32; the input's
+    TensorFlow's, or XLA's on a CPU without AVX-512."""
     kh, kw, c, filters = (int(d) for d in w.shape)
-    patches = native.sign_patches(x_words, (kh, kw), strides, c, dy.dtype)
-    dw = tf.matmul(patches, tf.reshape(dy, [-1, filters]))
-    return (_input_gradient(w, dy, x_shape, strides, padding),
-            tf.reshape(dw, [kh, kw, c, filters]))
+    bits = native.sign_patches(x_words, (kh, kw), strides, c, tf.int64)
+    dw = native.sign_matmul(bits, tf.cast(tf.reshape(dy, [-1, filters]), tf.float32))
+    if "avx512f" in cpu.flags():
+        dx = _input_gradient(w, dy, tf.concat([tf.shape(dy)[:1], x_dims], 0), strides, padding)
+    else:
+        dx = _input_gradient_xla(w, dy, x_dims, strides, padding)
+    return dx, tf.cast(tf.reshape(dw, [kh, kw, c, filters]), w.dtype)
 
 
 def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: str = "valid",
@@ -459,12 +461,12 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
     @tf.custom_gradient
     def op(x, w):
         def grad(dy):
-            kernels_ = conv_gradient_kernels(dy.dtype, int(dy.shape[1]) * int(dy.shape[2]))
+            kernels_ = conv_gradient_kernels()
             if kernels_ == "xla" and not in_xla_context():
                 return _conv2d_gradients_xla(x_words, w, dy, tuple(x.shape[1:]), strides, padding)
             if kernels_ == "patches" and native is not None:
-                return _conv2d_gradients_patches(native, x_words, w, dy, tf.shape(x), strides,
-                                                 padding)
+                return _conv2d_gradients_patches(native, x_words, w, dy, tuple(x.shape[1:]),
+                                                 strides, padding)
             x_signs = _unpack_xla(x_words, int(x.shape[-1]), dy.dtype)
             return _conv2d_gradients(x_signs, w, dy, tf.shape(x), strides, padding)
 

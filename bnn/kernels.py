@@ -145,8 +145,8 @@ def _build(choice: str) -> _Loaded:
         return _Loaded(None, reason="no C++ compiler found (set CXX or install g++)")
     command = _command(compiler, Path("OUT"))
     key = hashlib.sha256("\n".join([
-        *(source.read_text() for source in (*SOURCES, *HEADERS)), tf.__version__, tf.sysconfig.get_lib(),
-        compiler, *command, _cpu_signature()]).encode()).hexdigest()[:20]
+        *(source.read_text() for source in (*SOURCES, *HEADERS)), tf.__version__,
+        tf.sysconfig.get_lib(), compiler, *command, _cpu_signature()]).encode()).hexdigest()[:20]
     target = cache_dir() / f"xor_popcount-{key}.so"
     if not target.exists():
         try:

@@ -4,12 +4,15 @@
 //   BnnSignPatches(words: int64 (batch, h, w, ceil(c / 64)), kh, kw, sh, sw, c, T, isa) ->
 //       T (kh * kw * c, batch * ho * wo), ho = (h - kh) / sh + 1, wo = (w - kw) / sw + 1:
 //       row (i * kw + j) * c + k, column (b * ho + y) * wo + x holds channel k of pixel
-//       (b, y * sh + i, x * sw + j) as +1 (bit set) or -1 (bit clear), in float32 or bfloat16.
+//       (b, y * sh + i, x * sw + j) as +1 (bit set) or -1 (bit clear), in float32 or bfloat16;
+//       with T = int64, the rows' bits packed as bnn.bitops.pack packs them:
+//       (kh * kw * c, ceil(batch * ho * wo / 64)), column t in bit t % 64 of word t / 64.
 //
 // These are the transposed "valid" patches of the image (im2col), so that one matrix product with
 // the output gradient dy (batch * ho * wo, filters) gives the kernel's gradient (kh * kw * c,
 // filters). oneDNN's bfloat16 products run this at the speed of the forward convolution, where
-// its bfloat16 kernel-gradient convolution takes up to 2.5 times as long.
+// its bfloat16 kernel-gradient convolution takes up to 2.5 times as long. The packed rows are
+// the ±1 operand of sign_matmul.cc's table-lookup product, which needs no float patches at all.
 //
 // First, each image row is turned into bit planes, one per channel, a bit per pixel (64x64 bit
 // transposes). Then each patch row is a stream of those plane bits, expanded to values eight at
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -57,12 +61,14 @@ REGISTER_OP("BnnSignPatches")
     .Attr("sh: int >= 1")
     .Attr("sw: int >= 1")
     .Attr("c: int >= 1")
-    .Attr("T: {float, bfloat16}")
+    .Attr("T: {float, bfloat16, int64}")
     .Attr("isa: {'auto', 'generic', 'avx2', 'avx512'} = 'auto'")
     .SetShapeFn([](InferenceContext* ctx) {
       ShapeHandle words;
       TF_RETURN_IF_ERROR(ctx->WithRank(ctx->input(0), 4, &words));
       int64_t kh, kw, sh, sw, c;
+      ::tensorflow::DataType dtype;
+      TF_RETURN_IF_ERROR(ctx->GetAttr("T", &dtype));
       TF_RETURN_IF_ERROR(ctx->GetAttr("kh", &kh));
       TF_RETURN_IF_ERROR(ctx->GetAttr("kw", &kw));
       TF_RETURN_IF_ERROR(ctx->GetAttr("sh", &sh));
@@ -74,6 +80,8 @@ REGISTER_OP("BnnSignPatches")
       const int64_t w = ctx->Value(ctx->Dim(words, 2));
       if (b >= 0 && h >= kh && w >= kw)
         columns = ctx->MakeDim(b * ((h - kh) / sh + 1) * ((w - kw) / sw + 1));
+      if (dtype == ::tensorflow::DT_INT64 && ctx->ValueKnown(columns))
+        columns = ctx->MakeDim((ctx->Value(columns) + 63) / 64);
       ctx->set_output(0, ctx->Matrix(kh * kw * c, columns));
       return Status();
     });
@@ -110,10 +118,25 @@ struct Element<::tensorflow::bfloat16> {
   static constexpr Bits kPlus = 0x3F80u, kMinus = 0xBF80u;
 };
 
+template <>
+struct Element<int64_t> {
+  using Bits = uint32_t;  // a row's words, written as their 32-bit halves
+};
+
+// Writes the bits themselves, 32 at a time: a row of packed words, low half first.
+struct BitWriter {
+  static constexpr int kValues = 32;
+  static int64_t Slots(int64_t n) { return n > 0; }  // output slots `n` values take
+  void Write(uint32_t* dst, uint64_t bits, int64_t n, bool) const {
+    *dst = static_cast<uint32_t>(bits & ((uint64_t{1} << n) - 1));
+  }
+};
+
 // Writes values eight at a time: element t of each byte is +1 where bit t is set, else -1.
 template <typename Bits>
 struct TableWriter {
   static constexpr int kValues = 8;
+  static int64_t Slots(int64_t n) { return n; }
   Bits table[256][8];
   TableWriter(Bits plus, Bits minus) {
     for (int byte = 0; byte < 256; ++byte)
@@ -149,7 +172,7 @@ struct RowStream {
     count += n;
     while (count >= Writer::kValues) {
       writer.Write(dst, pending, Writer::kValues, stream);
-      dst += Writer::kValues;
+      dst += Writer::Slots(Writer::kValues);
       pending >>= Writer::kValues;  // kValues <= 32
       count -= Writer::kValues;
     }
@@ -174,6 +197,7 @@ bool HasAvx512() {
 // 32 bfloat16 values (one cache line) per write, by a masked blend.
 struct Avx512WriterBf16 {
   static constexpr int kValues = 32;
+  static int64_t Slots(int64_t n) { return n; }
   BNN_TARGET_AVX512 void Write(uint16_t* dst, uint64_t bits, int64_t n, bool stream) const {
     const __m512i values = _mm512_mask_blend_epi16(static_cast<__mmask32>(bits),
                                                    _mm512_set1_epi16(static_cast<short>(0xBF80)),
@@ -189,6 +213,7 @@ struct Avx512WriterBf16 {
 // 16 float32 values (one cache line) per write.
 struct Avx512WriterF32 {
   static constexpr int kValues = 16;
+  static int64_t Slots(int64_t n) { return n; }
   BNN_TARGET_AVX512 void Write(uint32_t* dst, uint64_t bits, int64_t n, bool stream) const {
     const __m512i values = _mm512_mask_blend_epi32(static_cast<__mmask16>(bits),
                                                    _mm512_set1_epi32(static_cast<int>(0xBF800000u)),
@@ -216,6 +241,7 @@ struct Avx512Writer<::tensorflow::bfloat16> {
 // The shape of one call.
 struct Geometry {
   int64_t batch, h, w, words, kh, kw, sh, sw, c, ho, wo, columns, row_words;
+  int64_t row_values;  // the Bits a patch row takes in the output
 };
 
 // Patch rows [first, last) from the planes, through `writer`.
@@ -224,7 +250,7 @@ void WriteRows(const Writer& writer, const Geometry& g, const uint64_t* planes, 
                bool stream, int64_t first, int64_t last) {
   for (int64_t r = first; r < last; ++r) {  // r = (i * kw + j) * c + k
     const int64_t k = r % g.c, tap = r / g.c, i = tap / g.kw, j = tap % g.kw;
-    RowStream<Writer, Bits> row_stream{writer, out + r * g.columns, stream};
+    RowStream<Writer, Bits> row_stream{writer, out + r * g.row_values, stream};
     for (int64_t b = 0; b < g.batch; ++b) {
       for (int64_t y = 0; y < g.ho; ++y) {
         const uint64_t* row = planes + ((k * g.batch + b) * g.h + y * g.sh + i) * g.row_words;
@@ -235,6 +261,9 @@ void WriteRows(const Writer& writer, const Geometry& g, const uint64_t* planes, 
       }
     }
     row_stream.Finish();
+    // zero words past a packed row's bits (value rows end where their values do)
+    std::fill(row_stream.dst + Writer::Slots(row_stream.count), out + (r + 1) * g.row_values,
+              Bits{0});
   }
 #ifdef BNN_X86
   if (stream) _mm_sfence();
@@ -284,8 +313,11 @@ class SignPatchesOp : public OpKernel {
                                 " image"));
     g.ho = (g.h - g.kh) / g.sh + 1, g.wo = (g.w - g.kw) / g.sw + 1;
     g.columns = g.batch * g.ho * g.wo;
+    constexpr bool kPacked = std::is_same<T, int64_t>::value;
+    const int64_t row_length = kPacked ? (g.columns + 63) / 64 : g.columns;  // in T
+    g.row_values = kPacked ? 2 * row_length : g.columns;                       // in Bits
     Tensor* output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({g.kh * g.kw * g.c, g.columns}),
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({g.kh * g.kw * g.c, row_length}),
                                              &output));
     if (g.columns == 0) return;
 
@@ -323,25 +355,39 @@ class SignPatchesOp : public OpKernel {
     Bits* out = reinterpret_cast<Bits*>(output->flat<T>().data());
     const bool large = output->TotalBytes() >= kStreamBytes;
     // Streamed writes need each row to start on a cache line (64 bytes).
-    const bool aligned = (g.columns * sizeof(Bits)) % 64 == 0 &&
+    const bool aligned = (g.row_values * sizeof(Bits)) % 64 == 0 &&
                          reinterpret_cast<uintptr_t>(out) % 64 == 0;
     const int64_t cost = g.columns * sizeof(Bits);
+    if constexpr (kPacked) {
+      workers->ParallelFor(g.kh * g.kw * g.c, g.columns, [&](int64_t first, int64_t last) {
+        WriteRows(BitWriter(), g, planes, out, false, first, last);
+      });
+      return;
+    } else {
+      Write(ctx, g, planes, out, large && aligned, cost);
+    }
+  }
+
+ private:
+  void Write(OpKernelContext* ctx, const Geometry& g, const uint64_t* planes,
+             typename Element<T>::Bits* out, bool stream, int64_t cost) {
+    auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
 #ifdef BNN_X86
     if (avx512_) {
       const typename Avx512Writer<T>::type writer;
       workers->ParallelFor(g.kh * g.kw * g.c, cost, [&](int64_t first, int64_t last) {
-        WriteRowsAvx512(writer, g, planes, out, large && aligned, first, last);
+        WriteRowsAvx512(writer, g, planes, out, stream, first, last);
       });
       return;
     }
 #endif
+    using Bits = typename Element<T>::Bits;
     static const TableWriter<Bits> table(Element<T>::kPlus, Element<T>::kMinus);
     workers->ParallelFor(g.kh * g.kw * g.c, cost, [&](int64_t first, int64_t last) {
-      WriteRows(table, g, planes, out, large && aligned, first, last);
+      WriteRows(table, g, planes, out, stream, first, last);
     });
   }
 
- private:
   std::vector<int64_t> attrs_;
   bool avx512_ = false;
 };
@@ -351,6 +397,8 @@ REGISTER_KERNEL_BUILDER(Name("BnnSignPatches").Device(DEVICE_CPU).TypeConstraint
 REGISTER_KERNEL_BUILDER(
     Name("BnnSignPatches").Device(DEVICE_CPU).TypeConstraint<::tensorflow::bfloat16>("T"),
     SignPatchesOp<::tensorflow::bfloat16>);
+REGISTER_KERNEL_BUILDER(Name("BnnSignPatches").Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
+                        SignPatchesOp<int64_t>);
 
 }  // namespace
 }  // namespace bnn

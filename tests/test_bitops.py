@@ -144,7 +144,7 @@ def test_binary_matmul_takes_a_float32_latent_kernel_beside_bfloat16_inputs(jit)
 def test_binary_conv2d_forward_exact_and_gradients_of_padded_conv(monkeypatch, padding, pad_value,
                                                                   strides, gradients):
     monkeypatch.setenv("BNN_CONV_GRADIENTS", gradients)
-    assert bitops.conv_gradient_kernels(tf.bfloat16) == gradients
+    assert bitops.conv_gradient_kernels() == gradients
     assert bitops.xla_conv_gradients() is (gradients == "xla")
     rng = np.random.default_rng(sum(strides))
     x, w = _pm1(rng, (3, 9, 8, 70)), _pm1(rng, (3, 3, 70, 5))
@@ -182,6 +182,13 @@ def _op_types(fn, *args) -> set[str]:
     return _graph_op_types(tf.function(fn).get_concrete_function(*args).graph.as_graph_def())
 
 
+def _xla_op_types(fn, *args) -> set[str]:
+    """The op types inside the functions that ``fn`` traced on ``args`` has XLA compile."""
+    graph_def = tf.function(fn).get_concrete_function(*args).graph.as_graph_def()
+    return {node.op for function in graph_def.library.function
+            if function.attr["_XlaMustCompile"].b for node in function.node_def}
+
+
 @needs_native
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 @pytest.mark.parametrize("layer, gradients", [("conv", "patches"), ("conv", "tensorflow"),
@@ -214,10 +221,12 @@ def test_training_products_run_natively_with_the_same_results_and_gradients(monk
             loss = tf.reduce_sum(fn(a, b, True) * dy)
         return tape.gradient(loss, [a, b])
 
-    assert ("BnnSignPatches" in _op_types(gradients_of, x, w)) is (gradients == "patches")
-    # float32 dense gradients are products of sign bits; bfloat16 ones stay TensorFlow's
-    assert ("BnnSignMatmul" in _op_types(gradients_of, x, w)) is (
-        layer == "dense" and dtype == tf.float32)
+    types = _op_types(gradients_of, x, w)
+    assert ("BnnSignPatches" in types) is (gradients == "patches")
+    # products of sign bits: a convolution's kernel gradient from its patches; both float32
+    # dense gradients (bfloat16 ones stay TensorFlow's)
+    assert ("BnnSignMatmul" in types) is (gradients == "patches" or (
+        layer == "dense" and dtype == tf.float32))
     assert "BnnXorPopcountConv2d" not in _op_types(
         tf.function(lambda a, b: fn(a, b, True), jit_compile=True), x, w)
 
@@ -244,7 +253,7 @@ def test_first_binary_dense_layer_trains_on_sign_bit_products(kept_in_range):
             loss = tf.reduce_sum(layer(x, training=training) * dy)
         return [loss, *tape.gradient(loss, [x, layer.kernel])]
 
-    native, reference = (tf.function(lambda t=training: run(t))() for training in (True, False))
+    native, reference = (tf.function(run, autograph=False)(training) for training in (True, False))
     for got, expected in zip(native, reference):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-4)
     signs = np.where(layer.kernel.numpy() >= 0, 1.0, -1.0)
@@ -262,9 +271,12 @@ def test_sign_kernel_matmul_takes_float32_only():
 
 
 @needs_native
-def test_default_gradients_take_patches_for_small_bfloat16_layers_only(monkeypatch):
+@pytest.mark.parametrize("flags", [{"avx2", "avx512f"}, {"avx2"}])
+def test_default_conv_gradients_are_patch_bits_times_dy_by_lookup(monkeypatch, flags):
+    """Every layer, float32 and bfloat16: the kernel gradient from the patches' sign bits and
+    the lookup product; the input gradient TensorFlow's, or XLA's on CPUs without AVX-512."""
     monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
-    monkeypatch.setattr(bitops.cpu, "flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(bitops.cpu, "flags", lambda: frozenset(flags))
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
     w = tf.ones((3, 3, 64, 4), tf.bfloat16)
 
@@ -274,11 +286,14 @@ def test_default_gradients_take_patches_for_small_bfloat16_layers_only(monkeypat
             y = bitops.binary_conv2d(x, w, (1, 1), "same", training=True)
         return tape.gradient(y, [x, w])
 
-    for size, patches in [(16, True), (17, False)]:  # 256 and 289 output positions
+    for size in (16, 33):
         for dtype in (tf.bfloat16, tf.float32):
             x = tf.ones((2, size, size, 64), dtype)
             types = _op_types(gradients_of, x, tf.cast(w, dtype))
-            assert ("BnnSignPatches" in types) is (patches and dtype == tf.bfloat16)
+            assert {"BnnSignPatches", "BnnSignMatmul", "Conv2DBackpropInput"} <= types
+            assert "Conv2DBackpropFilter" not in types
+            compiled = _xla_op_types(gradients_of, x, tf.cast(w, dtype))
+            assert ("Conv2DBackpropInput" in compiled) is ("avx512f" not in flags)
 
 
 def test_training_products_stay_on_xla_without_native_kernels(monkeypatch):
@@ -314,22 +329,19 @@ def test_binary_conv2d_rejects_a_padding_value_that_is_not_plus_minus_one():
         bitops.binary_conv2d(x, tf.ones((3, 3, 3, 2)), (1, 1), "full")
 
 
-@pytest.mark.parametrize("gpu, flags, dtype, expected", [
-    (False, {"avx2"}, tf.float32, "xla"), (False, {"avx2"}, tf.bfloat16, "xla"),
-    (False, {"avx2", "avx512f"}, tf.float32, "tensorflow"),
-    (False, {"avx2", "avx512f"}, tf.bfloat16, "patches"),
-    (True, {"avx2"}, tf.bfloat16, "tensorflow"), (True, {"avx512f"}, tf.bfloat16, "tensorflow")])
-def test_conv_gradients_default_follows_the_cpu_gpu_and_dtype(monkeypatch, gpu, flags, dtype,
-                                                              expected):
+@pytest.mark.parametrize("gpu, flags, native, expected", [
+    (False, {"avx2"}, False, "xla"), (False, {"avx2", "avx512f"}, False, "tensorflow"),
+    (False, {"avx2"}, True, "patches"), (False, {"avx2", "avx512f"}, True, "patches"),
+    (True, {"avx2"}, True, "tensorflow"), (True, {"avx512f"}, False, "tensorflow")])
+def test_conv_gradients_default_follows_the_cpu_gpu_and_native_kernels(monkeypatch, gpu, flags,
+                                                                       native, expected):
     monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
     monkeypatch.setattr(cpu, "flags", lambda: frozenset(flags))
+    monkeypatch.setattr(bnn.kernels, "preferred", lambda: native)
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: ["GPU:0"] if gpu and kind == "GPU" else [])
-    assert bitops.conv_gradient_kernels(dtype) == expected
-    assert bitops.conv_gradient_kernels(dtype, bitops.PATCHES_MAX_POSITIONS) == expected
-    assert bitops.conv_gradient_kernels(dtype, 32 * 32) == (
-        "tensorflow" if expected == "patches" else expected)
-    assert bitops.xla_conv_gradients() is (not gpu and "avx512f" not in flags)
+    assert bitops.conv_gradient_kernels() == expected
+    assert bitops.xla_conv_gradients() is (expected == "xla")
 
 
 def test_packed_forward_setting_rejects_unknown_values(monkeypatch):

@@ -25,11 +25,13 @@ def test_quick_run_writes_timings_choices_and_agreement(conv_gradients, tmp_path
     assert [(r["size"], r["in_channels"], r["filters"]) for r in data["layers"]] == [
         (32, 8, 16), (16, 16, 16), (16, 16, 32), (8, 32, 32), (8, 32, 64)]
     for row in data["layers"]:
-        for key in ("forward_ms", "tensorflow_ms", "patches_ms", "patches_product_ms",
-                    "tensorflow_over_patches"):
+        for key in ("forward_ms", "tensorflow_ms", "patches_product_ms", "bits_ms",
+                    "lookup_ms", "tensorflow_over_lookup"):
             assert math.isfinite(row[key]) and row[key] > 0, key
         assert row["default_kernels"] in ("xla", "patches", "tensorflow")
         assert row["max_relative_difference"] < (1e-2 if dtype == "bfloat16" else 1e-5)
+    assert data["total"]["lookup_ms"] == pytest.approx(
+        sum(row["lookup_ms"] for row in data["layers"]))
     assert "| 8x8, 32 -> 64 |" in capsys.readouterr().out
 
 

@@ -230,19 +230,23 @@ def _patches_reference(x, kernel, strides):
 
 @needs_native
 @pytest.mark.parametrize("variant", _variants())
-@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.int64])
 @settings(max_examples=15, deadline=None)
 @given(batch=st.integers(0, 3), h=st.integers(3, 9), w=st.integers(3, 140),
        c=st.integers(1, 140), kernel=st.sampled_from([(1, 1), (3, 3), (2, 3)]),
        strides=st.sampled_from([(1, 1), (2, 2), (1, 3)]), seed=st.integers(0, 2**16))
 def test_sign_patches_equal_numpy_im2col(variant, dtype, batch, h, w, c, kernel, strides, seed):
-    """Images up to 140 pixels wide: plane rows of three words, and runs across word edges."""
+    """Images up to 140 pixels wide: plane rows of three words, and runs across word edges;
+    int64: the rows packed to words, zero past the last column."""
     x = _signs(np.random.default_rng(seed), (batch, h, w, c))
     words = pack_bits(x.reshape(-1, c), axis=1).reshape(batch, h, w, -(-c // 64))
     patches = kernels.ops(variant).sign_patches(words, kernel, strides, c, dtype)
     expected = _patches_reference(x, kernel, strides)
+    if dtype == tf.int64:
+        expected = (pack_bits(expected, axis=1).reshape(len(expected), -1) if expected.size
+                    else np.zeros((len(expected), 0), np.int64))
     assert patches.dtype == dtype and tuple(patches.shape) == expected.shape
-    np.testing.assert_array_equal(patches.numpy().astype(np.float64), expected)
+    np.testing.assert_array_equal(patches.numpy().astype(expected.dtype), expected)
 
 
 @needs_native
