@@ -289,8 +289,8 @@ def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Te
     @tf.custom_gradient
     def op(x, w):
         n = int(w.shape[0])
-        w_words = _pack_kernel(w)
-        y = native.sign_matmul(tf.transpose(w_words), x, transpose_f=True, transpose_output=True)
+        w_words, w_rows = _pack_kernel(w)
+        y = native.sign_matmul(w_rows, x, transpose_f=True, transpose_output=True)
 
         def grad(dy):
             dx = native.sign_matmul(w_words, dy, rows=n, transpose_f=True, transpose_output=True)
@@ -302,8 +302,12 @@ def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Te
 
 
 @compiled
-def _pack_kernel(w: tf.Tensor) -> tf.Tensor:
-    return pack(w >= 0, axis=0)
+def _pack_kernel(w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``w`` ``(n, units)`` packed along its columns, ``(words, units)``, and the same words
+    transposed, ``(units, words)`` (XLA's transpose: oneDNN's has no int64 kernel without
+    AVX-512, and says so on stderr)."""
+    words = pack(w >= 0, axis=0)
+    return words, tf.transpose(words)
 
 
 def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:
