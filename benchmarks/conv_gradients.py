@@ -108,7 +108,7 @@ def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int,
     row = {"size": size, "in_channels": c, "filters": f}
     row.update({f"{name}_ms": statistics.median(t) for name, t in times.items()})
     row["tensorflow_over_lookup"] = paired_ratio(times["tensorflow"], times["lookup"])
-    row["default_kernels"] = bitops.conv_gradient_kernels()
+    row["default_kernels"] = bitops.conv_gradient_kernels(dtype, 9 * c)
     row["max_relative_difference"] = float(difference.max() / max(np.abs(reference).max(), 1e-30))
     return row
 

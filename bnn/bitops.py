@@ -28,7 +28,7 @@ from bnn.xla import compiled, computed_once, in_xla_context
 __all__ = ["WORD_BITS", "words", "pack", "unpack", "xor_popcount_matmul", "xor_popcount_conv2d",
            "binary_matmul", "sign_kernel_matmul", "binary_conv2d", "same_pads",
            "packed_training_enabled", "native_training_ops", "xla_conv_gradients",
-           "conv_gradient_kernels"]
+           "conv_gradient_kernels", "PATCHES_MIN_ROWS"]
 
 WORD_BITS = 64
 _BLOCK_WORDS = 4
@@ -266,8 +266,7 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor, training: bool = False) -> tf.Tens
     @tf.custom_gradient
     def op(x, w):
         if native is not None:
-            y, gradients = _native_matmul(native, x, w)
-            return y, gradients
+            return _native_matmul(native, x, w)
         y, w_halves = _packed_matmul(x, w)
         return y, lambda dy: _unpacked_gradients(x, w, dy, w_halves)
 
@@ -276,13 +275,11 @@ def binary_matmul(x: tf.Tensor, w: tf.Tensor, training: bool = False) -> tf.Tens
 
 def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Tensor:
     """``x @ sign(w)`` for a real-valued float32 ``x`` ``(batch, n)`` (a first layer's input) and
-    ``w``
-    ``(n, units)``, on the native kernels: ``(sign(w)^T @ x^T)^T`` by
+    ``w`` ``(n, units)``, on the native kernels: ``(sign(w)^T @ x^T)^T`` by
     :meth:`bnn.kernels.Ops.sign_matmul`, 8 times fewer additions than the float product has
     multiply-adds, equal to it up to float32 rounding. Gradients as :func:`binary_matmul`'s:
     ``dy @ sign(w)^T`` for ``x`` and ``x^T @ dy`` for ``w``, so ``w`` may be the latent kernel
     where its straight-through mask is all ones."""
-
     if x.dtype != tf.float32:
         raise ValueError(f"sign_kernel_matmul takes float32 inputs, got {x.dtype.name}")
 
@@ -380,17 +377,25 @@ def _conv2d_gradients_xla(x_words, w, dy, x_shape, strides, padding):
 _unpack_xla = compiled(unpack)
 
 
-def conv_gradient_kernels() -> str:
-    """Which kernels compute :func:`binary_conv2d`'s gradients where the model itself is not
+#: Kernel rows (``kh * kw * in_channels``) from which a bfloat16 kernel gradient comes from the
+#: patches' sign bits by default (see :func:`conv_gradient_kernels`).
+PATCHES_MIN_ROWS = 1024
+
+
+def conv_gradient_kernels(dtype: tf.DType = tf.float32, rows: int | None = None) -> str:
+    """Which kernels compute :func:`binary_conv2d`'s gradients, in ``dtype``, for a kernel of
+    ``rows = kh * kw * in_channels`` (``None``: any layer), where the model itself is not
     compiled by XLA:
 
     - ``"patches"``: the kernel gradient from the packed input's patches as sign bits
       (:meth:`bnn.kernels.Ops.sign_patches`), multiplied with the output gradient by table
       lookup (:meth:`bnn.kernels.Ops.sign_matmul`); the input gradient TensorFlow's, or XLA's
       on a CPU without AVX-512. The default wherever training steps run bnn's native kernels
-      (:func:`native_training_ops`): on VGG-small's layers the lookup took 0.4-0.8x the time of
-      TensorFlow's kernel-gradient convolution (float32 and bfloat16, Zen 4) and 0.2-0.3x that
-      of XLA's two gradients with everything held to AVX2. Elsewhere TensorFlow's kernels.
+      (:func:`native_training_ops`), for float32 gradients and for bfloat16 ones of at least
+      :data:`PATCHES_MIN_ROWS` kernel rows: on a Zen 4 CPU (AVX-512 BF16) the lookup took
+      0.45-0.5x the time of TensorFlow's float32 kernel gradient on VGG-small's layers, and
+      0.4-0.9x its bfloat16 one from 128 channels on, but 1.1-1.3x at 64 channels (576 rows:
+      each table of 256 sums serves fewer rows). Elsewhere TensorFlow's kernels.
     - ``"xla"``: both gradients as one XLA computation. The default on a CPU without AVX-512,
       no GPU in sight and no native kernels: there, XLA's backward convolutions took 0.4-0.8x
       the time of TensorFlow's on VGG-small's layers.
@@ -404,7 +409,8 @@ def conv_gradient_kernels() -> str:
         return setting
     if tf.config.list_physical_devices("GPU"):
         return "tensorflow"
-    if kernels.preferred():
+    if kernels.preferred() and (dtype == tf.float32 or rows is None
+                                or rows >= PATCHES_MIN_ROWS):
         return "patches"
     return "xla" if "avx512f" not in cpu.flags() else "tensorflow"
 
@@ -465,7 +471,7 @@ def binary_conv2d(x: tf.Tensor, w: tf.Tensor, strides: Sequence[int], padding: s
     @tf.custom_gradient
     def op(x, w):
         def grad(dy):
-            kernels_ = conv_gradient_kernels()
+            kernels_ = conv_gradient_kernels(dy.dtype, kh * kw * int(w.shape[2]))
             if kernels_ == "xla" and not in_xla_context():
                 return _conv2d_gradients_xla(x_words, w, dy, tuple(x.shape[1:]), strides, padding)
             if kernels_ == "patches" and native is not None:

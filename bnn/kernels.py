@@ -58,7 +58,7 @@ SOURCE = Path(__file__).with_name("xor_popcount.cc")
 SOURCES = tuple(Path(__file__).with_name(name) for name in (
     "xor_popcount.cc", "adam_update.cc", "sign_patches.cc", "sign_matmul.cc"))
 #: Headers the sources include (part of the build's cache key).
-HEADERS = (Path(__file__).with_name("bit_transpose.h"),)
+HEADERS = (Path(__file__).with_name("native.h"),)
 #: Instruction-set variants of the ops, slowest first.
 VARIANTS = settings.KERNEL_VARIANTS
 _BUILD_TIMEOUT_S = 600

@@ -60,26 +60,11 @@
 #define BNN_TARGET_AVX2 __attribute__((target("avx2")))
 #endif
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/framework/types.h"
+#include "native.h"
 #include "tensorflow/core/util/work_sharder.h"
 
 namespace bnn {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Status;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::errors::InvalidArgument;
-using ::tensorflow::shape_inference::DimensionHandle;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
 
 constexpr int64_t kGroup = 64;  // units per output word and per unit of parallel work
 

@@ -273,12 +273,13 @@ def test_sign_kernel_matmul_takes_float32_only():
 @needs_native
 @pytest.mark.parametrize("flags", [{"avx2", "avx512f"}, {"avx2"}])
 def test_default_conv_gradients_are_patch_bits_times_dy_by_lookup(monkeypatch, flags):
-    """Every layer, float32 and bfloat16: the kernel gradient from the patches' sign bits and
-    the lookup product; the input gradient TensorFlow's, or XLA's on CPUs without AVX-512."""
+    """Float32 layers, and bfloat16 ones of at least PATCHES_MIN_ROWS kernel rows: the kernel
+    gradient from the patches' sign bits and the lookup product; the input gradient
+    TensorFlow's, or XLA's on CPUs without AVX-512. Smaller bfloat16 layers keep the
+    convolution's kernel gradient."""
     monkeypatch.delenv("BNN_CONV_GRADIENTS", raising=False)
     monkeypatch.setattr(bitops.cpu, "flags", lambda: frozenset(flags))
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
-    w = tf.ones((3, 3, 64, 4), tf.bfloat16)
 
     def gradients_of(x, w):
         with tf.GradientTape() as tape:
@@ -286,14 +287,16 @@ def test_default_conv_gradients_are_patch_bits_times_dy_by_lookup(monkeypatch, f
             y = bitops.binary_conv2d(x, w, (1, 1), "same", training=True)
         return tape.gradient(y, [x, w])
 
-    for size in (16, 33):
+    for channels in (114, 113):  # 1026 and 1017 kernel rows
         for dtype in (tf.bfloat16, tf.float32):
-            x = tf.ones((2, size, size, 64), dtype)
-            types = _op_types(gradients_of, x, tf.cast(w, dtype))
-            assert {"BnnSignPatches", "BnnSignMatmul", "Conv2DBackpropInput"} <= types
-            assert "Conv2DBackpropFilter" not in types
-            compiled = _xla_op_types(gradients_of, x, tf.cast(w, dtype))
-            assert ("Conv2DBackpropInput" in compiled) is ("avx512f" not in flags)
+            x, w = tf.ones((2, 9, 9, channels), dtype), tf.ones((3, 3, channels, 4), dtype)
+            types = _op_types(gradients_of, x, w)
+            lookup = dtype == tf.float32 or channels == 114
+            assert ({"BnnSignPatches", "BnnSignMatmul"} <= types) is lookup
+            assert ("Conv2DBackpropFilter" in types) is not lookup
+            if lookup:
+                compiled = _xla_op_types(gradients_of, x, w)
+                assert ("Conv2DBackpropInput" in compiled) is ("avx512f" not in flags)
 
 
 def test_training_products_stay_on_xla_without_native_kernels(monkeypatch):
@@ -342,6 +345,13 @@ def test_conv_gradients_default_follows_the_cpu_gpu_and_native_kernels(monkeypat
                         lambda kind=None: ["GPU:0"] if gpu and kind == "GPU" else [])
     assert bitops.conv_gradient_kernels() == expected
     assert bitops.xla_conv_gradients() is (expected == "xla")
+    # bfloat16 gradients of small kernels keep the convolution's
+    rows = bitops.PATCHES_MIN_ROWS
+    assert bitops.conv_gradient_kernels(tf.float32, rows - 1) == expected
+    assert bitops.conv_gradient_kernels(tf.bfloat16, rows) == expected
+    assert bitops.conv_gradient_kernels(tf.bfloat16, rows - 1) == (
+        ("xla" if "avx512f" not in flags else "tensorflow") if expected == "patches"
+        else expected)
 
 
 def test_packed_forward_setting_rejects_unknown_values(monkeypatch):
