@@ -324,7 +324,8 @@ def test_sign_matmul_of_real_values_is_the_product_up_to_rounding(variant):
     s = _signs(rng, (300, 2048))
     f = rng.normal(0, 1, (2048, 100)).astype(np.float32)
     got = kernels.ops(variant).sign_matmul(pack_bits(s, axis=1).reshape(300, -1), f)
-    np.testing.assert_allclose(got.numpy(), s @ f.astype(np.float64), rtol=0, atol=2e-4)
+    # float32 rounding of sums of magnitude ~45 (1.2e-4 on two threads); a wrong sign costs 2|f|
+    np.testing.assert_allclose(got.numpy(), s @ f.astype(np.float64), rtol=0, atol=5e-4)
 
 
 @needs_native
