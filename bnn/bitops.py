@@ -216,12 +216,17 @@ def _native_matmul(native: kernels.Ops, x: tf.Tensor, w: tf.Tensor):
     def gradients(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if x.dtype != tf.float32:
             return _unpacked_gradients(x, w, dy, backward)
-        # dx^T = sign(w) @ dy^T, from w's words packed along its rows
-        dx = native.sign_matmul(w_words, dy, rows=n, transpose_f=True, transpose_output=True)
         dw = native.sign_matmul(backward, dy)  # sign(x)^T @ dy
-        return dx, tf.cast(dw, w.dtype)
+        return _signs_transposed_product(native, dy, w_words, n), tf.cast(dw, w.dtype)
 
     return tf.reshape(y, [-1, units]), gradients
+
+
+def _signs_transposed_product(native: kernels.Ops, dy: tf.Tensor, w_words: tf.Tensor,
+                              n: int) -> tf.Tensor:
+    """``dy @ sign(w)^T`` by table lookup, from the words of ``w`` ``(n, units)`` packed along
+    its columns (the forward product's), as ``(sign(w) @ dy^T)^T``."""
+    return native.sign_matmul(w_words, dy, rows=n, transpose_f=True, transpose_output=True)
 
 
 def _unpacked_gradients(x, w, dy, w_halves):
@@ -290,8 +295,8 @@ def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Te
         y = native.sign_matmul(w_rows, x, transpose_f=True, transpose_output=True)
 
         def grad(dy):
-            dx = native.sign_matmul(w_words, dy, rows=n, transpose_f=True, transpose_output=True)
-            return dx, tf.cast(tf.matmul(x, dy, transpose_a=True), w.dtype)
+            return (_signs_transposed_product(native, dy, w_words, n),
+                    tf.cast(tf.matmul(x, dy, transpose_a=True), w.dtype))
 
         return y, grad
 
@@ -412,7 +417,13 @@ def conv_gradient_kernels(dtype: tf.DType = tf.float32, rows: int | None = None)
     if kernels.preferred() and (dtype == tf.float32 or rows is None
                                 or rows >= PATCHES_MIN_ROWS):
         return "patches"
-    return "xla" if "avx512f" not in cpu.flags() else "tensorflow"
+    return "xla" if _xla_convolutions_faster() else "tensorflow"
+
+
+def _xla_convolutions_faster() -> bool:
+    """Whether XLA's backward convolutions beat TensorFlow's on this CPU: on CPUs without
+    AVX-512 (measured on a Zen 3 CPU, see :func:`conv_gradient_kernels`)."""
+    return "avx512f" not in cpu.flags()
 
 
 def xla_conv_gradients() -> bool:
@@ -434,10 +445,10 @@ def _conv2d_gradients_patches(native: kernels.Ops, x_words, w, dy, x_dims, strid
     kh, kw, c, filters = (int(d) for d in w.shape)
     bits = native.sign_patches(x_words, (kh, kw), strides, c, tf.int64)
     dw = native.sign_matmul(bits, tf.cast(tf.reshape(dy, [-1, filters]), tf.float32))
-    if "avx512f" in cpu.flags():
-        dx = _input_gradient(w, dy, tf.concat([tf.shape(dy)[:1], x_dims], 0), strides, padding)
-    else:
+    if _xla_convolutions_faster():
         dx = _input_gradient_xla(w, dy, x_dims, strides, padding)
+    else:
+        dx = _input_gradient(w, dy, tf.concat([tf.shape(dy)[:1], x_dims], 0), strides, padding)
     return dx, tf.cast(tf.reshape(dw, [kh, kw, c, filters]), w.dtype)
 
 

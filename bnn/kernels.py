@@ -8,9 +8,9 @@ exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 co
 float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
 ``adam_update.cc`` adds the one-pass Adam update (and weight clip) of :class:`bnn.optimizers.Adam`
 (:meth:`Ops.adam_update`), and ``sign_patches.cc`` the ±1 patches of a packed image that binary
-convolutions take their kernel gradient from (:meth:`Ops.sign_patches`), and ``sign_matmul.cc``
-the products of sign bits with float32 matrices that binary dense layers take their gradients
-from (:meth:`Ops.sign_matmul`). The first call to
+convolutions take their kernel gradient from (:meth:`Ops.sign_patches`, as values or bits),
+and ``sign_matmul.cc`` the products of sign bits with float32 matrices that binary layers take
+their gradients from by table lookup (:meth:`Ops.sign_matmul`). The first call to
 :func:`library` compiles them with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
 against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
 with its own per-function target, so one build runs every variant the CPU has), caches the shared
@@ -55,10 +55,10 @@ __all__ = ["SOURCE", "SOURCES", "VARIANTS", "Ops", "cache_dir", "setting", "libr
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
 #: Every source compiled into the library: the xor-popcount ops, the Adam update, the ±1
 #: patches of packed images and the sign-bit matrix products.
-SOURCES = tuple(Path(__file__).with_name(name) for name in (
-    "xor_popcount.cc", "adam_update.cc", "sign_patches.cc", "sign_matmul.cc"))
+SOURCES = (SOURCE, *(SOURCE.with_name(name)
+                     for name in ("adam_update.cc", "sign_patches.cc", "sign_matmul.cc")))
 #: Headers the sources include (part of the build's cache key).
-HEADERS = (Path(__file__).with_name("native.h"),)
+HEADERS = (SOURCE.with_name("native.h"),)
 #: Instruction-set variants of the ops, slowest first.
 VARIANTS = settings.KERNEL_VARIANTS
 _BUILD_TIMEOUT_S = 600

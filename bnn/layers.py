@@ -154,13 +154,24 @@ class _QuantizedLayer(_Quantization):
         scale = self.kernel_scale()
         return kernel if scale is None else kernel * ops.cast(scale, kernel.dtype)
 
+    def _sign_kernel(self) -> bool:
+        """True when the kernel the product uses is exactly ±1 (a ``plus_minus_one`` quantizer,
+        no kernel scale) and binary layers computing in this dtype take packed products
+        (:func:`bnn.bitops.packed_training_enabled`)."""
+        return (self.quantized and not self.scale_kernel
+                and getattr(self.kernel_quantizer, "plus_minus_one", False)
+                and bitops.packed_training_enabled(self.compute_dtype))
+
     def _packed_product(self) -> bool:
         """True when both operands of the product are exactly ±1 (``plus_minus_one`` quantizers,
         no kernel scale), so the forward product can run by xor-popcount (:mod:`bnn.bitops`)."""
-        q_in, q_k = self.input_quantizer, self.kernel_quantizer
-        return (self.quantized and not self.scale_kernel
-                and getattr(q_in, "plus_minus_one", False) and getattr(q_k, "plus_minus_one", False)
-                and bitops.packed_training_enabled(self.compute_dtype))
+        return self._sign_kernel() and getattr(self.input_quantizer, "plus_minus_one", False)
+
+    def _sign_operand(self):
+        """The kernel a product of its signs takes: the latent kernel itself where it is kept in
+        range (its sign happens inside the packing, and its straight-through mask is all ones),
+        else the quantized kernel."""
+        return self._latent_kernel() if self._kernel_kept_in_range() else self._effective_kernel()
 
     def _quantization_config(self) -> dict[str, Any]:
         return {
@@ -205,14 +216,9 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
     def call(self, inputs, training=None):
         x = self._quantize_inputs(inputs)
         if self._packed_product() and len(x.shape) == 2:
-            # a kernel kept in range goes in latent: its sign happens inside the packing
-            kernel = (self._latent_kernel() if self._kernel_kept_in_range()
-                      else self._effective_kernel())
-            x = bitops.binary_matmul(x, kernel, training=training is True)
+            x = bitops.binary_matmul(x, self._sign_operand(), training=training is True)
         elif (native := self._native_sign_kernel(x, training)) is not None:
-            kernel = (self._latent_kernel() if self._kernel_kept_in_range()
-                      else self._effective_kernel())
-            x = bitops.sign_kernel_matmul(x, kernel, native)
+            x = bitops.sign_kernel_matmul(x, self._sign_operand(), native)
         else:
             x = ops.matmul(x, self._effective_kernel())
         if self.bias is not None:
@@ -225,11 +231,8 @@ class BinaryDense(_QuantizedLayer, keras.layers.Dense):
         """The native kernels for a training step's product of real-valued float32 inputs (a
         first layer's) with a ±1 kernel (:func:`bnn.bitops.sign_kernel_matmul`), where they
         apply; else ``None``."""
-        q_k = self.kernel_quantizer
-        if (training is not True or not self.quantized or self.input_quantizer is not None
-                or self.scale_kernel or not getattr(q_k, "plus_minus_one", False)
-                or len(x.shape) != 2 or x.dtype != tf.float32
-                or not bitops.packed_training_enabled(self.compute_dtype)):
+        if (training is not True or self.input_quantizer is not None or len(x.shape) != 2
+                or x.dtype != tf.float32 or not self._sign_kernel()):
             return None
         return bitops.native_training_ops(x.dtype)
 
