@@ -97,19 +97,12 @@ inline __attribute__((always_inline)) void Update(const Range<T>& r, int64_t fir
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-bool HasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-
 // The same loop over 256-bit registers (twice the square roots and divisions per instruction).
 template <typename T>
 __attribute__((target("avx2"))) void UpdateAvx2(const Range<T>& r, int64_t first, int64_t last) {
   Update(r, first, last);
 }
 #else
-bool HasAvx2() { return false; }
-
 template <typename T>
 void UpdateAvx2(const Range<T>& r, int64_t first, int64_t last) {
   Update(r, first, last);

@@ -180,46 +180,36 @@ def _packed_matmul(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return computed_once(tf.cast(dots, x.dtype)), w_halves
 
 
-@compiled
-def _matmul_operands(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """``x`` packed along its rows as a ``(batch, 1, 1, words)`` image and ``w`` packed along its
-    columns, for the forward product; for ``w``'s gradient, ``x`` packed along its columns
-    (float32), or for ``x``'s, ``w``'s int32 halves (other dtypes)."""
-    x_words = pack(x >= 0, axis=-1)
-    backward = (_pack_columns(x >= 0) if x.dtype == tf.float32
-                else pack(w >= 0, axis=0, word_bits=32))
-    return tf.reshape(x_words, [-1, 1, 1, int(x_words.shape[-1])]), pack(w >= 0, axis=0), backward
-
-
-def _pack_columns(bits: tf.Tensor) -> tf.Tensor:
-    """A bool matrix ``(rows, n)`` packed along its rows, whose number may be unknown when traced
-    (a batch): ``(n, ceil(rows / 64))`` int64 words, as :func:`pack` packs."""
-    columns = tf.transpose(bits)
-    columns = tf.pad(columns, [[0, 0], [0, -tf.shape(columns)[1] % WORD_BITS]])
-    columns = tf.reshape(tf.cast(columns, tf.int32), [int(bits.shape[1]), -1, 2, 32])
-    shifts = tf.constant(np.arange(32, dtype=np.int32))
-    halves = tf.cast(tf.reduce_sum(tf.bitwise.left_shift(columns, shifts), axis=-1), tf.int64)
-    low = tf.bitwise.bitwise_and(halves[..., 0], 0xFFFFFFFF)
-    return tf.bitwise.bitwise_or(low, tf.bitwise.left_shift(halves[..., 1], 32))
-
-
 def _native_matmul(native: kernels.Ops, x: tf.Tensor, w: tf.Tensor):
     """:func:`binary_matmul` on the native kernels: the forward product as a 1x1 convolution of
-    one-pixel images, and a function of ``dy`` for the gradients. In float32 these are products
-    of ``dy`` with the operands' sign bits (:meth:`bnn.kernels.Ops.sign_matmul`); in bfloat16,
-    the unpacked kernel's and the input's products with ``dy`` (where CPUs have bfloat16 dot
-    products, such as AVX-512 BF16, TensorFlow's are faster)."""
-    x_image, w_words, backward = _matmul_operands(x, w)
+    one-pixel images, and a function of ``dy`` for the gradients. The operands' signs are packed
+    by :meth:`bnn.kernels.Ops.pack_signs` (``x`` along its rows, ``w`` along its columns). In
+    float32 the gradients are products of ``dy`` with the operands' sign bits
+    (:meth:`bnn.kernels.Ops.sign_matmul`; ``x`` packed once more, along its columns); in
+    bfloat16, the unpacked kernel's and the input's products with ``dy`` (where CPUs have
+    bfloat16 dot products, such as AVX-512 BF16, TensorFlow's are faster)."""
     n, units = (int(d) for d in w.shape)
+    x_words = native.pack_signs(x)
+    w_words = native.pack_signs(w, along_rows=True)
+    x_image = tf.reshape(x_words, [-1, 1, 1, int(x_words.shape[-1])])
     y = native.xor_popcount_conv2d(x_image, w_words, (1, 1), (1, 1), n, x.dtype)
 
     def gradients(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if x.dtype != tf.float32:
-            return _unpacked_gradients(x, w, dy, backward)
-        dw = native.sign_matmul(backward, dy)  # sign(x)^T @ dy
+            return _unpacked_gradients(x, w, dy, _word_halves(w_words, n))
+        x_columns = native.pack_signs(x, along_rows=True, transpose_output=True)
+        dw = native.sign_matmul(x_columns, dy)  # sign(x)^T @ dy
         return _signs_transposed_product(native, dy, w_words, n), tf.cast(dw, w.dtype)
 
     return tf.reshape(y, [-1, units]), gradients
+
+
+@compiled
+def _word_halves(words: tf.Tensor, n: int) -> tf.Tensor:
+    """Int64 words packed along axis 0, ``(words, units)``, as the int32 halves that
+    ``pack(..., axis=0, word_bits=32)`` gives (a word's low half first)."""
+    halves = tf.transpose(tf.bitcast(words, tf.int32), [0, 2, 1])  # (words, 2, units)
+    return tf.reshape(halves, [-1, int(words.shape[1])])[:-(-n // 32)]
 
 
 def _signs_transposed_product(native: kernels.Ops, dy: tf.Tensor, w_words: tf.Tensor,
@@ -291,7 +281,8 @@ def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Te
     @tf.custom_gradient
     def op(x, w):
         n = int(w.shape[0])
-        w_words, w_rows = _pack_kernel(w)
+        w_words = native.pack_signs(w, along_rows=True)  # (words, units)
+        w_rows = native.pack_signs(w, along_rows=True, transpose_output=True)  # (units, words)
         y = native.sign_matmul(w_rows, x, transpose_f=True, transpose_output=True)
 
         def grad(dy):
@@ -301,15 +292,6 @@ def sign_kernel_matmul(x: tf.Tensor, w: tf.Tensor, native: kernels.Ops) -> tf.Te
         return y, grad
 
     return op(x, tf.convert_to_tensor(w))
-
-
-@compiled
-def _pack_kernel(w: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """``w`` ``(n, units)`` packed along its columns, ``(words, units)``, and the same words
-    transposed, ``(units, words)`` (XLA's transpose: oneDNN's has no int64 kernel without
-    AVX-512, and says so on stderr)."""
-    words = pack(w >= 0, axis=0)
-    return words, tf.transpose(words)
 
 
 def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:

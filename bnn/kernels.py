@@ -9,8 +9,9 @@ float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcou
 ``adam_update.cc`` adds the one-pass Adam update (and weight clip) of :class:`bnn.optimizers.Adam`
 (:meth:`Ops.adam_update`), and ``sign_patches.cc`` the ±1 patches of a packed image that binary
 convolutions take their kernel gradient from (:meth:`Ops.sign_patches`, as values or bits),
-and ``sign_matmul.cc`` the products of sign bits with float32 matrices that binary layers take
-their gradients from by table lookup (:meth:`Ops.sign_matmul`). The first call to
+``sign_matmul.cc`` the products of sign bits with float32 matrices that binary layers take
+their gradients from by table lookup (:meth:`Ops.sign_matmul`), and ``sign_pack.cc`` the
+packing of float tensors' signs into words that those products read (:meth:`Ops.pack_signs`). The first call to
 :func:`library` compiles them with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
 against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
 with its own per-function target, so one build runs every variant the CPU has), caches the shared
@@ -54,9 +55,9 @@ __all__ = ["SOURCE", "SOURCES", "VARIANTS", "Ops", "cache_dir", "setting", "libr
 
 SOURCE = Path(__file__).with_name("xor_popcount.cc")
 #: Every source compiled into the library: the xor-popcount ops, the Adam update, the ±1
-#: patches of packed images and the sign-bit matrix products.
-SOURCES = (SOURCE, *(SOURCE.with_name(name)
-                     for name in ("adam_update.cc", "sign_patches.cc", "sign_matmul.cc")))
+#: patches of packed images, the sign-bit matrix products and the packing of signs.
+SOURCES = (SOURCE, *(SOURCE.with_name(name) for name in
+                     ("adam_update.cc", "sign_patches.cc", "sign_matmul.cc", "sign_pack.cc")))
 #: Headers the sources include (part of the build's cache key).
 HEADERS = (SOURCE.with_name("native.h"),)
 #: Instruction-set variants of the ops, slowest first.
@@ -234,7 +235,8 @@ def _self_check(lib, runs: tuple[str, ...]) -> str | None:
             return f"native kernels ({isa}) failed their check: {exc}"
         if not ok:
             return f"native kernels ({isa}) gave wrong results in their check"
-    return _adam_check(lib) or _patches_check(lib, runs) or _sign_matmul_check(lib, runs)
+    return (_adam_check(lib) or _patches_check(lib, runs) or _sign_matmul_check(lib, runs)
+            or _pack_signs_check(lib, runs))
 
 
 def _patches_check(lib, runs: tuple[str, ...]) -> str | None:
@@ -278,6 +280,29 @@ def _sign_matmul_check(lib, runs: tuple[str, ...]) -> str | None:
         if not all(np.array_equal(g, expected.T if i % 2 else expected)
                    for i, g in enumerate(got)):
             return f"native sign-bit products ({isa}) gave wrong results in their check"
+    return None
+
+
+def _pack_signs_check(lib, runs: tuple[str, ...]) -> str | None:
+    """Compares the packing of signs with numpy on ragged sizes (with -0.0 and NaN), along
+    either axis, float32 and bfloat16."""
+    rng = np.random.default_rng(23)
+    x = rng.normal(0, 1, (2, 70, 131)).astype(np.float32)
+    x[0, 0, :3] = (-0.0, np.nan, 0.0)
+    along_last = _pack_rows(x.reshape(-1, 131)).reshape(2, 70, -1)
+    along_rows = np.stack([_pack_rows(plane.T) for plane in x])  # (2, 131, words(70))
+    expected = (along_last, np.ascontiguousarray(along_rows.transpose(0, 2, 1)), along_rows)
+    for isa in runs:
+        for dtype in (tf.float32, tf.bfloat16):
+            values = tf.cast(x, dtype)  # rounding keeps every sign
+            try:
+                got = [lib.bnn_pack_signs(values, along_rows=rows, transpose_output=turned,
+                                          isa=isa).numpy()
+                       for rows, turned in ((False, False), (True, False), (True, True))]
+            except (tf.errors.OpError, AttributeError, TypeError, ValueError) as exc:
+                return f"native sign packing ({isa}) failed its check: {exc}"
+            if not all(np.array_equal(g, e) for g, e in zip(got, expected)):
+                return f"native sign packing ({isa}) gave wrong results in its check ({dtype.name})"
     return None
 
 
@@ -449,6 +474,18 @@ class Ops:
                                          transpose_f=bool(transpose_f),
                                          transpose_output=bool(transpose_output),
                                          isa=self.variant)
+
+    def pack_signs(self, x: tf.Tensor, along_rows: bool = False, transpose_output: bool = False
+                   ) -> tf.Tensor:
+        """The signs of float32 or bfloat16 ``x`` packed into int64 words as
+        :func:`bnn.bitops.pack` packs ``x >= 0``: along the last axis, ``(..., n)`` ->
+        ``(..., ceil(n / 64))``; with ``along_rows``, along the second-last, ``(..., r, c)`` ->
+        ``(..., ceil(r / 64), c)``, or ``(..., c, ceil(r / 64))`` with ``transpose_output``.
+        One pass over ``x`` (vector comparisons and their masks, 64x64 bit transposes along the
+        rows)."""
+        return self._lib.bnn_pack_signs(x, along_rows=bool(along_rows),
+                                        transpose_output=bool(transpose_output),
+                                        isa=self.variant)
 
     def threshold_pack(self, a: tf.Tensor, threshold: tf.Tensor, flip: tf.Tensor) -> tf.Tensor:
         """Packed bits ``[a >= threshold] XOR flip`` of int32 ``a`` ``(batch, units)``."""

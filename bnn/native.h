@@ -1,6 +1,6 @@
-// What bnn's native kernels (xor_popcount.cc, adam_update.cc, sign_patches.cc, sign_matmul.cc)
-// share: TensorFlow's op and kernel headers, the names they use from them, and a 64x64 bit-matrix
-// transpose.
+// What bnn's native kernels (xor_popcount.cc, adam_update.cc, sign_patches.cc, sign_matmul.cc,
+// sign_pack.cc) share: TensorFlow's op and kernel headers, the names they use from them, whether
+// the CPU has AVX2, and a 64x64 bit-matrix transpose.
 #ifndef BNN_NATIVE_H_
 #define BNN_NATIVE_H_
 
@@ -24,6 +24,16 @@ using ::tensorflow::errors::InvalidArgument;
 using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
+
+// Whether the CPU running the kernels has AVX2 (false off x86).
+inline bool HasAvx2() {
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+#else
+  return false;
+#endif
+}
 
 // A 64x64 bit matrix, row i in a[i] (bit t: column t), transposed in place: a[t] bit i holds it.
 inline void Transpose64(uint64_t* a) {

@@ -216,15 +216,6 @@ BNN_TARGET_AVX2 void BlocksAvx2(const Problem& pr, int64_t b0, int64_t b1, int64
 }
 #endif
 
-bool HasAvx2() {
-#ifdef BNN_X86
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-#else
-  return false;
-#endif
-}
-
 class SignMatmulOp : public OpKernel {
  public:
   explicit SignMatmulOp(OpKernelConstruction* ctx) : OpKernel(ctx) {

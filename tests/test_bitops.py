@@ -223,6 +223,7 @@ def test_training_products_run_natively_with_the_same_results_and_gradients(monk
 
     types = _op_types(gradients_of, x, w)
     assert ("BnnSignPatches" in types) is (gradients == "patches")
+    assert ("BnnPackSigns" in types) is (layer == "dense")  # the operands' signs, natively
     # products of sign bits: a convolution's kernel gradient from its patches; both float32
     # dense gradients (bfloat16 ones stay TensorFlow's)
     assert ("BnnSignMatmul" in types) is (gradients == "patches" or (
@@ -261,7 +262,7 @@ def test_first_binary_dense_layer_trains_on_sign_bit_products(kept_in_range):
     mask = np.abs(layer.kernel.numpy()) <= 1
     np.testing.assert_allclose(native[2].numpy(), (x.numpy().T @ dy.numpy()) * mask, rtol=1e-5,
                                atol=1e-4)
-    assert "BnnSignMatmul" in _op_types(lambda: run(True))
+    assert {"BnnSignMatmul", "BnnPackSigns"} <= _op_types(lambda: run(True))
     assert "BnnSignMatmul" not in _op_types(lambda: run(False))
 
 

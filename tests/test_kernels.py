@@ -345,6 +345,56 @@ def test_sign_matmul_with_no_terms_is_zero():
     np.testing.assert_array_equal(got.numpy(), np.zeros((3, 5)))
 
 
+def _packed_signs(x, along_rows, transpose_output):
+    """numpy reference of :meth:`bnn.kernels.Ops.pack_signs`: ``x >= 0`` packed as
+    ``pack_bits`` packs, along the last axis or the second-last."""
+    signs = np.where(np.asarray(x, np.float32) >= 0, 1.0, -1.0)
+    if not along_rows:
+        return pack_bits(signs.reshape(-1, signs.shape[-1]), axis=1).reshape(
+            *signs.shape[:-1], -1)
+    columns = np.swapaxes(signs, -1, -2)  # (..., c, r)
+    words = pack_bits(columns.reshape(-1, columns.shape[-1]), axis=1).reshape(
+        *columns.shape[:-1], -1)  # (..., c, words)
+    return words if transpose_output else np.swapaxes(words, -1, -2)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@settings(max_examples=25, deadline=None)
+@given(outer=st.lists(st.integers(1, 3), max_size=2), rows=st.integers(1, 150),
+       cols=st.integers(1, 200), along_rows=st.booleans(), transpose_output=st.booleans(),
+       specials=st.integers(0, 3), seed=st.integers(0, 2**16))
+def test_pack_signs_equals_numpy(variant, dtype, outer, rows, cols, along_rows, transpose_output,
+                                 specials, seed):
+    """Ragged tiles and words, leading axes, and -0.0 (+1), +0.0 (+1) and NaN (-1) among the
+    values."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, (*outer, rows, cols)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[rng.integers(0, flat.size, specials)] = [-0.0, 0.0, np.nan][:specials]
+    got = kernels.ops(variant).pack_signs(tf.cast(x, dtype), along_rows=along_rows,
+                                          transpose_output=transpose_output)
+    np.testing.assert_array_equal(got.numpy(), _packed_signs(x, along_rows,
+                                                             along_rows and transpose_output))
+
+
+@needs_native
+def test_pack_signs_of_an_empty_batch_is_empty():
+    got = kernels.ops().pack_signs(np.zeros((0, 130), np.float32), along_rows=True,
+                                   transpose_output=True)
+    assert got.shape == (130, 0)
+
+
+@needs_native
+@pytest.mark.parametrize("shape, along_rows, message", [
+    ((), False, "rank >= 1, got \\[\\]"), ((5,), True, "along the rows needs a tensor of rank >= 2"),
+])
+def test_pack_signs_rejects_too_few_axes(shape, along_rows, message):
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
+        kernels.ops().pack_signs(tf.zeros(shape), along_rows=along_rows)
+
+
 @needs_native
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
 @settings(max_examples=10, deadline=None)
@@ -516,7 +566,8 @@ def test_a_failing_compiler_is_reported_not_raised(fresh_state, tmp_path):
     fresh_state.setenv("CXX", "false")  # a "compiler" that always fails
     assert not kernels.available()
     assert kernels.unavailable_reason().startswith(
-        "compiling xor_popcount.cc, adam_update.cc, sign_patches.cc and sign_matmul.cc failed")
+        "compiling xor_popcount.cc, adam_update.cc, sign_patches.cc, sign_matmul.cc and sign_pack.cc "
+        "failed")
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
 
 
