@@ -7,17 +7,17 @@ compared with thresholds and packed, or mapped to logits, thresholds of int32 pr
 exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 convolution whose
 float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
 ``adam_update.cc`` adds the one-pass Adam update (and weight clip) of :class:`bnn.optimizers.Adam`
-(:meth:`Ops.adam_update`), and ``sign_patches.cc`` the ±1 patches of a packed image that binary
+(:meth:`Ops.adam_update`), ``sign_patches.cc`` the ±1 patches of a packed image that binary
 convolutions take their kernel gradient from (:meth:`Ops.sign_patches`, as values or bits),
 ``sign_matmul.cc`` the products of sign bits with float32 matrices that binary layers take
 their gradients from by table lookup (:meth:`Ops.sign_matmul`), and ``sign_pack.cc`` the
-packing of float tensors' signs into words that those products read (:meth:`Ops.pack_signs`). The first call to
-:func:`library` compiles them with the host's C++ compiler (``$CXX``, else ``g++`` or ``c++``)
-against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each vector variant
-with its own per-function target, so one build runs every variant the CPU has), caches the shared
-library under :func:`cache_dir`, loads it with ``tf.load_op_library``, asks it which variants this
-CPU runs and checks each against numpy on a small case. Later processes load the cached file (about
-0.1 s); a build takes about 20 s.
+packing of float tensors' signs into words that these products read (:meth:`Ops.pack_signs`).
+The first call to :func:`library` compiles them with the host's C++ compiler (``$CXX``, else ``g++``
+or ``c++``) against the installed TensorFlow's headers (on x86 for a baseline x86-64 CPU, each
+vector variant with its own per-function target, so one build runs every variant the CPU has),
+caches the shared library under :func:`cache_dir`, loads it with ``tf.load_op_library``, asks it
+which variants this CPU runs and checks each against numpy on a small case. Later processes load the
+cached file (about 0.1 s); a build takes about 45 s on 2 cores.
 
 ``BNN_NATIVE_KERNELS`` (see :func:`setting`) chooses: unset or ``auto``, the best variant the CPU
 runs, used by :class:`bnn.packing.PackedModel` where :func:`preferred`; ``0``, no native kernels;
