@@ -380,6 +380,18 @@ def test_pack_signs_equals_numpy(variant, dtype, outer, rows, cols, along_rows, 
 
 
 @needs_native
+@pytest.mark.parametrize("variant", _variants())
+@pytest.mark.parametrize("shape", [(70, 2100), (2, 130, 1025)])
+def test_pack_signs_along_the_rows_of_wide_matrices(variant, shape):
+    """Rows wider than one task's chunk of columns (1024): whole and partial chunks."""
+    x = np.random.default_rng(7).normal(0, 1, shape).astype(np.float32)
+    for transpose_output in (False, True):
+        got = kernels.ops(variant).pack_signs(x, along_rows=True,
+                                              transpose_output=transpose_output)
+        np.testing.assert_array_equal(got.numpy(), _packed_signs(x, True, transpose_output))
+
+
+@needs_native
 def test_pack_signs_of_an_empty_batch_is_empty():
     got = kernels.ops().pack_signs(np.zeros((0, 130), np.float32), along_rows=True,
                                    transpose_output=True)
