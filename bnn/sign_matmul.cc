@@ -313,7 +313,10 @@ class SignMatmulOp : public OpKernel {
                                            &tables_tensor));
     float* all_tables = tables_tensor.flat<float>().data();
     const auto run = Run(avx2_);
-    workers->ParallelFor(parts, int64_t{1} << 40, [&](int64_t first, int64_t last) {
+    // Rough cycles per part: a lookup-add per row, byte group and column and 256 table entries
+    // per byte group and column, 8 columns to a vector (a small product stays on one thread).
+    const int64_t cost = (pr.m + 256) * groups * stride / 8 / parts + 1;
+    workers->ParallelFor(parts, cost, [&](int64_t first, int64_t last) {
       for (int64_t part = first; part < last; ++part) {
         float* tables = Aligned(all_tables + part * (kGroupBytes * kTable + 16));
         if (by_blocks)

@@ -205,7 +205,10 @@ class PackSignsOp : public OpKernel {
     const T* in = x.flat<T>().data();
     const int64_t chunk_count = ((l.cols + 63) / 64 + kChunkTiles - 1) / kChunkTiles;
     const int64_t tasks = along_rows_ ? l.outer * words * chunk_count : l.outer;
-    const int64_t cost = along_rows_ ? 64 * 64 * kChunkTiles * 2 : std::max<int64_t>(l.cols, 1);
+    // Rough cycles per task, from the values it reads (a small tensor stays on one thread).
+    const int64_t cost = along_rows_ ? 2 * std::min<int64_t>(l.rows, 64) *
+                                           std::min<int64_t>(l.cols, 64 * kChunkTiles)
+                                     : std::max<int64_t>(l.cols, 1);
     const auto run = Run(avx2_);
     ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
         tasks, cost, [&](int64_t first, int64_t last) { run(in, l, first, last, out); });
