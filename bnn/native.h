@@ -5,6 +5,7 @@
 #define BNN_NATIVE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -33,6 +34,17 @@ inline bool HasAvx2() {
 #else
   return false;
 #endif
+}
+
+// Whether an op with an `isa` attribute ("auto", "generic", "avx2" or "avx512") runs its AVX2
+// code: an error for a variant this CPU lacks, "generic" never, the others where it has AVX2.
+inline Status UseAvx2(OpKernelConstruction* ctx, bool* avx2) {
+  std::string isa;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("isa", &isa));
+  if (isa != "auto" && isa != "generic" && !HasAvx2())
+    return InvalidArgument("kernel variant '", isa, "' needs instructions this CPU lacks");
+  *avx2 = isa != "generic" && HasAvx2();
+  return Status();
 }
 
 // A 64x64 bit matrix, row i in a[i] (bit t: column t), transposed in place: a[t] bit i holds it.

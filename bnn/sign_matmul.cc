@@ -27,7 +27,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
@@ -225,11 +224,7 @@ class SignMatmulOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_output", &transpose_));
     OP_REQUIRES(ctx, !transpose_signs_ || rows_ >= 0,
                 InvalidArgument("signs packed along the rows (transpose_signs) need `rows`"));
-    std::string isa;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("isa", &isa));
-    OP_REQUIRES(ctx, isa == "auto" || isa == "generic" || HasAvx2(),
-                InvalidArgument("kernel variant '", isa, "' needs instructions this CPU lacks"));
-    avx2_ = isa != "generic" && HasAvx2();
+    OP_REQUIRES_OK(ctx, UseAvx2(ctx, &avx2_));
   }
 
   void Compute(OpKernelContext* ctx) override {

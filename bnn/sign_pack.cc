@@ -17,8 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <string>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -170,11 +168,7 @@ class PackSignsOp : public OpKernel {
   explicit PackSignsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("along_rows", &along_rows_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("transpose_output", &transpose_));
-    std::string isa;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("isa", &isa));
-    OP_REQUIRES(ctx, isa == "auto" || isa == "generic" || HasAvx2(),
-                InvalidArgument("kernel variant '", isa, "' needs instructions this CPU lacks"));
-    avx2_ = isa != "generic" && HasAvx2();
+    OP_REQUIRES_OK(ctx, UseAvx2(ctx, &avx2_));
   }
 
   void Compute(OpKernelContext* ctx) override {
