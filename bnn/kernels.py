@@ -1,10 +1,11 @@
 """Native xor-popcount kernels for packed inference and training, built on first use.
 
-``xor_popcount.cc`` (next to this file) defines six TensorFlow CPU ops in three instruction-set
+``xor_popcount.cc`` (next to this file) defines seven TensorFlow CPU ops in three instruction-set
 variants: ``"avx512"`` (AVX-512 with VPOPCNTDQ), ``"avx2"`` (a nibble-table popcount over 256-bit
 registers) and ``"generic"`` (plain C++): xor-popcount products of packed rows, the same
 compared with thresholds and packed, or mapped to logits, thresholds of int32 products, the
-exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), and the ±1 convolution whose
+exact first layer of 8-bit pixels (:meth:`Ops.pixel_table_sign`), a whole packed MLP in one call
+(:meth:`Ops.packed_dense_chain`), and the ±1 convolution whose
 float32 or bfloat16 dot products binary layers train with (:meth:`Ops.xor_popcount_conv2d`).
 ``adam_update.cc`` adds the one-pass Adam update (and weight clip) of :class:`bnn.optimizers.Adam`
 (:meth:`Ops.adam_update`), ``sign_patches.cc`` the ±1 patches of a packed image that binary
@@ -41,6 +42,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -508,6 +510,21 @@ class Ops:
         # every attribute given: eager calls that leave one at its default cost about 18 us more
         return self._lib.bnn_pixel_table_sign(u, w_table, threshold, flip, scale=float(scale),
                                               offset=float(offset), isa=self.variant)
+
+    def packed_dense_chain(self, u: tf.Tensor, first: tuple, hidden: Sequence[tuple],
+                           last: tuple, encoding: dict[str, float] | None = None) -> tf.Tensor:
+        """float32 logits of a packed MLP in one call: :meth:`pixel_table_sign` with ``first =
+        (w_table, threshold, flip)``, then :meth:`xor_popcount_sign` for each ``(w_words,
+        threshold, flip)`` of ``hidden`` and :meth:`xor_popcount_affine` with ``last = (w_words,
+        scale, shift)``, each layer's ``n`` the units of the one before it. The same logits as
+        those calls one after the other, without their dispatch between layers (on small
+        batches most of the time)."""
+        scale, offset = (1.0, 0.0) if encoding is None else (encoding["scale"],
+                                                             encoding["offset"])
+        kernels, thresholds, flips = ([layer[i] for layer in hidden] for i in range(3))
+        return self._lib.bnn_packed_dense_chain(u, *first, kernels, thresholds, flips, *last,
+                                                scale=float(scale), offset=float(offset),
+                                                isa=self.variant)
 
 
 def table_kernel(w_words: np.ndarray, n: int) -> np.ndarray:

@@ -41,7 +41,7 @@ __all__ = ["pack_bits", "unpack_bits", "xor_popcount_matmul", "fold_sign_thresho
 #: split the XLA part into two halves that run concurrently; smaller batches run one XLA call.
 LARGE_BATCH = 16
 #: With native kernels, batches under this size of a model with an integer first stage and packed
-#: dense layers run as a chain of eager native ops (no graph call at all).
+#: dense layers run as one eager native op (no graph call at all).
 EAGER_BATCH = 64
 _WORD_DTYPES = {8: np.int8, 16: np.int16, 32: np.int32, 64: np.int64}
 
@@ -430,9 +430,9 @@ class PackedModel(tf.Module):
     Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
     per layer. With native kernels, a model with an integer first stage and packed dense layers
     (the MLP) runs batches under :data:`EAGER_BATCH`, and every batch where the first layer
-    does not take the int8 product (:func:`int8_first_layer_preferred`), as a chain of eager
-    native ops (pixel-table first layer, xor-popcount layers, the logits' xor-popcount and
-    affine map), with no graph call at all; larger batches, and other models' batches of
+    does not take the int8 product (:func:`int8_first_layer_preferred`), as one eager native
+    op (:meth:`bnn.kernels.Ops.packed_dense_chain`: pixel-table first layer, xor-popcount
+    layers, the logits' xor-popcount and affine map), with no graph call at all; larger batches, and other models' batches of
     :data:`LARGE_BATCH` or more, run one graph: the int8 first layer (when
     :func:`int8_matmul_available`), native packed dense layers spread over the intra-op threads
     (a dense logits stage with its affine map in float64, rounded once as XLA's fused
@@ -513,33 +513,29 @@ class PackedModel(tf.Module):
         return entry
 
     def _eager_chain(self) -> tuple | None:
-        """Constants for running small batches as a chain of eager native ops (no graph call):
-        for an integer first stage, packed dense hidden stages and a packed dense logits stage
-        without pooling; ``None`` for other models."""
+        """Constants for running batches as one eager native op (no graph call,
+        :meth:`bnn.kernels.Ops.packed_dense_chain`): for an integer first stage, packed dense
+        hidden stages and a packed dense logits stage without pooling, each stage's inputs the
+        units of the one before it; ``None`` for other models."""
         first, middle, last = self.stages[0], self.stages[1:-1], self.stages[-1]
         if not (first.integer_in and first.output == "bits" and len(self.stages) >= 2
                 and all(st.packed_in and st.op == "dense" and st.output == "bits"
                         for st in middle)
                 and last.packed_in and last.op == "dense" and last.output == "logits"
-                and not last.pool):
+                and not last.pool
+                and all(int(np.prod(st.in_shape)) == before.units
+                        for before, st in zip(self.stages, self.stages[1:]))):
             return None
         const = lambda v: tf.constant(v.numpy())  # noqa: E731
-        chain = [(first.kernel_table, const(first.threshold), const(first.flip))]
-        chain += [(const(st.kernel), const(st.threshold), const(st.flip),
-                   int(np.prod(st.in_shape))) for st in middle]
-        chain += [(const(last.kernel), last.logit_scale, last.logit_shift,
-                   int(np.prod(last.in_shape)))]
-        return tuple(chain)
+        return ((first.kernel_table, const(first.threshold), const(first.flip)),
+                tuple((const(st.kernel), const(st.threshold), const(st.flip)) for st in middle),
+                (const(last.kernel), last.logit_scale, last.logit_shift))
 
     def _eager(self, x: tf.Tensor) -> tf.Tensor:
-        """A small batch through :meth:`_eager_chain`: one eager native op per stage, the last
-        one computing the logits (rounded as the XLA paths' fused multiply-add)."""
-        ops = self._ops
-        words = ops.pixel_table_sign(x, *self._chain[0], encoding=(
+        """A batch through :meth:`_eager_chain`'s constants: the whole model as one eager
+        native op, whose logits are rounded as the XLA paths' fused multiply-add."""
+        return self._ops.packed_dense_chain(x, *self._chain, encoding=(
             None if x.dtype == tf.uint8 else self.input_encoding))
-        for kernel, threshold, flip, n in self._chain[1:-1]:
-            words = ops.xor_popcount_sign(words, kernel, threshold, flip, n)
-        return ops.xor_popcount_affine(words, *self._chain[-1])
 
     def _native(self, x: tf.Tensor) -> tf.Tensor:
         """Packed dense stages and an integer first stage on the native kernels (that stage's

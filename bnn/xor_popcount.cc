@@ -17,6 +17,10 @@
 //   BnnPixelTableSign(u (batch, ...) uint8 or float, w (blocks, groups, 32) uint8, threshold,
 //       flip) -> the same words for the exact integer product u . w of 8-bit pixels u (floats
 //       encoded to pixels first) with +-1 weights, whose bits w holds by groups of 4 pixels.
+//   BnnPackedDenseChain(u, table, threshold, flip, kernels, thresholds, flips, w, logit_scale,
+//       logit_shift) -> float32 logits of a whole packed MLP in one call: BnnPixelTableSign, then
+//       BnnXorPopcountSign for each hidden kernel (n: the units before it), then
+//       BnnXorPopcountAffine, with the same results as those ops one after the other.
 //   BnnXorPopcountConv2d(x (batch, h, w, words), w (kh * kw * words, units), kh, kw, sh, sw, n)
 //       -> (batch, ho, wo, units) float32 or bfloat16 n - 2 * mismatches: the "valid" +-1
 //       convolution of a padded input packed along its channels with a kernel packed along its
@@ -637,6 +641,31 @@ REGISTER_OP("BnnPixelTableSign")
       return Status();
     });
 
+REGISTER_OP("BnnPackedDenseChain")
+    .Input("u: T")
+    .Input("table: uint8")
+    .Input("threshold: int32")
+    .Input("flip: int64")
+    .Input("kernels: N * int64")
+    .Input("thresholds: N * int32")
+    .Input("flips: N * int64")
+    .Input("w: int64")
+    .Input("logit_scale: float")
+    .Input("logit_shift: float")
+    .Attr("N: int >= 0")
+    .Attr("T: {uint8, float}")
+    .Attr("scale: float = 1.0")
+    .Attr("offset: float = 0.0")
+    .Attr(BNN_VARIANT_ATTR)
+    .Output("logits: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle u, w;
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 2, &u));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(c->num_inputs() - 3), 2, &w));
+      c->set_output(0, c->Matrix(c->Dim(u, 0), c->Dim(w, 1)));
+      return Status();
+    });
+
 REGISTER_OP("BnnXorPopcountConv2d")
     .Input("x: int64")
     .Input("w: int64")
@@ -690,6 +719,100 @@ bool CheckThresholds(OpKernelContext* ctx, const Tensor& threshold, const Tensor
   return true;
 }
 
+using Workers = ::tensorflow::thread::ThreadPool;
+
+// What a product's words become: mismatch counts, packed signs or affine logits.
+enum Mode { kCounts, kSign, kAffine };
+
+// The output of one product: for kSign the thresholds and flips, for kAffine the scale and
+// shift, for both the real bits per row n; out points to int32 counts, int64 words or float
+// logits as the mode says.
+struct Epilogue {
+  Mode mode = kCounts;
+  int64_t n = 0;
+  const int32_t* threshold = nullptr;
+  const int64_t* flip = nullptr;
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  void* out = nullptr;
+};
+
+// x (batch, words) times w (words, units), over the intra-op threads, into e.out.
+void RunProduct(Workers* workers, Isa isa, const int64_t* x, int64_t batch, int64_t words,
+                const int64_t* w, int64_t units, const Epilogue& e) {
+  if (batch == 0 || units == 0) return;
+  const Rows rows_in(x, batch, words, isa);
+  const int64_t out_words = (units + kGroup - 1) / kGroup;
+  int32_t* counts_out = e.mode == kCounts ? static_cast<int32_t*>(e.out) : nullptr;
+  int64_t* words_out = e.mode == kSign ? static_cast<int64_t*>(e.out) : nullptr;
+  float* logits_out = e.mode == kAffine ? static_cast<float*>(e.out) : nullptr;
+
+  // Units of work: (group of 64 units, chunk of up to kChunk rows), chunk-major, so that
+  // neighbouring work shares x rows and a single group still splits over threads.
+  constexpr int64_t kChunk = 36;
+  const int64_t chunks = (batch + kChunk - 1) / kChunk;
+  auto work = [&](int64_t first, int64_t last) {
+    int32_t counts[kChunk * kGroup];
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t g = item % out_words, r0 = (item / out_words) * kChunk;
+      const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
+      const int64_t rows = std::min(kChunk, batch - r0);
+      CountGroup(isa, rows_in, w, r0, rows, units, u0, width, counts);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int32_t* c = counts + r * kGroup;
+        if (e.mode == kSign) {
+          words_out[(r0 + r) * out_words + g] = PackWord(
+              isa, c, e.threshold + u0, width, -2, static_cast<int32_t>(e.n), e.flip[g]);
+        } else if (e.mode == kAffine) {
+          float* row = logits_out + (r0 + r) * units + u0;
+          for (int64_t j = 0; j < width; ++j) {
+            const double dot = static_cast<double>(e.n - 2 * static_cast<int64_t>(c[j]));
+            row[j] = static_cast<float>(dot * static_cast<double>(e.scale[u0 + j]) +
+                                        static_cast<double>(e.shift[u0 + j]));
+          }
+        } else {
+          std::memcpy(counts_out + (r0 + r) * units + u0, c, width * sizeof(int32_t));
+        }
+      }
+    }
+  };
+  // Cost per item in rough cycles, for the real rows (one example is not worth a thread).
+  const int64_t cost = std::max<int64_t>(1, std::min(kChunk, batch) * words * CostPerWord(isa));
+  workers->ParallelFor(chunks * out_words, cost, work);
+}
+
+// Checks a product's operands, x (batch, words) and w (words, units); false after setting an
+// error on ctx.
+bool CheckProduct(OpKernelContext* ctx, const Tensor& x, const Tensor& w, const char* x_name,
+                  const char* w_name) {
+  if (x.dims() != 2 || w.dims() != 2) {
+    ctx->SetStatus(InvalidArgument(x_name, " and ", w_name, " must be matrices, got ",
+                                   x.shape().DebugString(), " and ", w.shape().DebugString()));
+    return false;
+  }
+  if (w.dim_size(0) != x.dim_size(1)) {
+    ctx->SetStatus(InvalidArgument(x_name, " has ", x.dim_size(1), " words per row but ", w_name,
+                                   " has ", w.dim_size(0)));
+    return false;
+  }
+  return true;
+}
+
+// Checks an affine map's scale and shift for `units` units; false after setting an error.
+bool CheckAffine(OpKernelContext* ctx, const Tensor& scale, const Tensor& shift, int64_t units) {
+  for (const Tensor* t : {&scale, &shift})
+    if (t->dims() != 1 || t->dim_size(0) != units) {
+      ctx->SetStatus(InvalidArgument(t == &scale ? "scale" : "shift", " must have shape (",
+                                     units, "), got ", t->shape().DebugString()));
+      return false;
+    }
+  return true;
+}
+
+Workers* IntraOpThreads(OpKernelContext* ctx) {
+  return ctx->device()->tensorflow_cpu_worker_threads()->workers;
+}
+
 class XorPopcountOp : public OpKernel {
  public:
   explicit XorPopcountOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -702,80 +825,30 @@ class XorPopcountOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& w = ctx->input(1);
-    OP_REQUIRES(ctx, x.dims() == 2 && w.dims() == 2,
-                InvalidArgument("x and w must be matrices, got ", x.shape().DebugString(),
-                                " and ", w.shape().DebugString()));
-    const int64_t batch = x.dim_size(0), words = x.dim_size(1), units = w.dim_size(1);
-    OP_REQUIRES(ctx, w.dim_size(0) == words,
-                InvalidArgument("x has ", words, " words per row but w has ", w.dim_size(0)));
+    if (!CheckProduct(ctx, x, w, "x", "w")) return;
+    const int64_t batch = x.dim_size(0), units = w.dim_size(1);
     const int64_t out_words = (units + kGroup - 1) / kGroup;
-    const int32_t* threshold = nullptr;
-    const int64_t* flip = nullptr;
-    const float* scale = nullptr;
-    const float* shift = nullptr;
+    Epilogue e;
+    e.mode = mode_;
+    e.n = n_;
     if (mode_ == kSign) {
       if (!CheckThresholds(ctx, ctx->input(2), ctx->input(3), units)) return;
-      threshold = ctx->input(2).flat<int32_t>().data();
-      flip = ctx->input(3).flat<int64_t>().data();
+      e.threshold = ctx->input(2).flat<int32_t>().data();
+      e.flip = ctx->input(3).flat<int64_t>().data();
     } else if (mode_ == kAffine) {
-      for (int i : {2, 3})
-        OP_REQUIRES(ctx, ctx->input(i).dims() == 1 && ctx->input(i).dim_size(0) == units,
-                    InvalidArgument(i == 2 ? "scale" : "shift", " must have shape (", units,
-                                    "), got ", ctx->input(i).shape().DebugString()));
-      scale = ctx->input(2).flat<float>().data();
-      shift = ctx->input(3).flat<float>().data();
+      if (!CheckAffine(ctx, ctx->input(2), ctx->input(3), units)) return;
+      e.scale = ctx->input(2).flat<float>().data();
+      e.shift = ctx->input(3).flat<float>().data();
     }
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             0, TensorShape({batch, mode_ == kSign ? out_words : units}), &out));
-    if (batch == 0 || units == 0) return;
-    const Rows rows_in(x.flat<int64_t>().data(), batch, words, isa_);
-    const int64_t* wp = w.flat<int64_t>().data();
-    int32_t* counts_out = mode_ == kCounts ? out->flat<int32_t>().data() : nullptr;
-    int64_t* words_out = mode_ == kSign ? out->flat<int64_t>().data() : nullptr;
-    float* logits_out = mode_ == kAffine ? out->flat<float>().data() : nullptr;
-    const int64_t n = n_;
-    const Mode mode = mode_;
-    const Isa isa = isa_;
-
-    // Units of work: (group of 64 units, chunk of up to kChunk rows), chunk-major, so that
-    // neighbouring work shares x rows and a single group still splits over threads.
-    constexpr int64_t kChunk = 36;
-    const int64_t chunks = (batch + kChunk - 1) / kChunk;
-    auto work = [&](int64_t first, int64_t last) {
-      int32_t counts[kChunk * kGroup];
-      for (int64_t item = first; item < last; ++item) {
-        const int64_t g = item % out_words, r0 = (item / out_words) * kChunk;
-        const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
-        const int64_t rows = std::min(kChunk, batch - r0);
-        CountGroup(isa, rows_in, wp, r0, rows, units, u0, width, counts);
-        for (int64_t r = 0; r < rows; ++r) {
-          const int32_t* c = counts + r * kGroup;
-          if (mode == kSign) {
-            words_out[(r0 + r) * out_words + g] = PackWord(
-                isa, c, threshold + u0, width, -2, static_cast<int32_t>(n), flip[g]);
-          } else if (mode == kAffine) {
-            float* row = logits_out + (r0 + r) * units + u0;
-            for (int64_t j = 0; j < width; ++j) {
-              const double dot = static_cast<double>(n - 2 * static_cast<int64_t>(c[j]));
-              row[j] = static_cast<float>(dot * static_cast<double>(scale[u0 + j]) +
-                                          static_cast<double>(shift[u0 + j]));
-            }
-          } else {
-            std::memcpy(counts_out + (r0 + r) * units + u0, c, width * sizeof(int32_t));
-          }
-        }
-      }
-    };
-    // Cost per item in rough cycles, for the real rows (one example is not worth a thread).
-    const int64_t cost =
-        std::max<int64_t>(1, std::min(kChunk, batch) * words * CostPerWord(isa_));
-    ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
-        chunks * out_words, cost, work);
+    e.out = out->data();
+    RunProduct(IntraOpThreads(ctx), isa_, x.flat<int64_t>().data(), batch, x.dim_size(1),
+               w.flat<int64_t>().data(), units, e);
   }
 
  private:
-  enum Mode { kCounts, kSign, kAffine };
   Isa isa_ = kGeneric;
   Mode mode_ = kCounts;
   int64_t n_ = 0;
@@ -827,11 +900,83 @@ inline uint32_t Pixel(float x, float scale, float offset) {
   return static_cast<uint32_t>(std::min(std::max(u, 0.0f), 255.0f));
 }
 
-// First layer on 8-bit pixels u (batch, ...) (uint8, or floats encoded to them; each example
-// flattened) and +-1 weights with bits b: z = u . w = 2 * (u . b) - sum(u), exact, with u . b from
-// pixel tables (see BuildTables); output bits [z >= threshold] XOR flip, packed. w holds the
-// weight bits of each group of 4 pixels and unit as one byte, (blocks, groups, 32) with blocks =
-// 2 * ceil(units / 64) (whole output words) and groups = ceil(n / 4).
+// Checks a first layer's pixels u (batch, ...) and weight table w (blocks, groups, 32) against
+// its threshold and flip; sets *units and *n (values per example); false after setting an error.
+bool CheckPixelTable(OpKernelContext* ctx, const Tensor& u, const Tensor& w,
+                     const Tensor& threshold, const Tensor& flip, int64_t* units, int64_t* n) {
+  if (u.dims() < 2 || w.dims() != 3 || w.dim_size(2) != 32) {
+    ctx->SetStatus(InvalidArgument("u must have a batch axis and w the shape (blocks, groups, "
+                                   "32), got ", u.shape().DebugString(), " and ",
+                                   w.shape().DebugString()));
+    return false;
+  }
+  const int64_t batch = u.dim_size(0), groups = w.dim_size(1);
+  *units = threshold.dims() == 1 ? threshold.dim_size(0) : -1;
+  *n = batch ? u.NumElements() / batch : 0;
+  if (batch != 0 && groups != (*n + 3) / 4) {
+    ctx->SetStatus(InvalidArgument("u has ", *n, " values per example, which make ",
+                                   (*n + 3) / 4, " groups of 4, but w has ", groups));
+    return false;
+  }
+  if (w.dim_size(0) != (*units + 63) / 64 * 2) {
+    ctx->SetStatus(InvalidArgument("w has ", w.dim_size(0), " blocks of 32 units, but ", *units,
+                                   " units (the threshold's length) need ",
+                                   (*units + 63) / 64 * 2));
+    return false;
+  }
+  return CheckThresholds(ctx, threshold, flip, *units);
+}
+
+// First layer on 8-bit pixels u (batch, n) (uint8, or floats encoded to them with scale and
+// offset) and +-1 weights with bits b: z = u . w = 2 * (u . b) - sum(u), exact, with u . b from
+// pixel tables (see BuildTables); output bits [z >= threshold] XOR flip, packed, into words_out
+// (batch, ceil(units / 64)). w holds the weight bits of each group of 4 pixels and unit as one
+// byte, (blocks, groups, 32) with blocks = 2 * ceil(units / 64) (whole output words) and
+// groups = ceil(n / 4).
+template <typename T>
+void RunPixelTableSign(Workers* workers, Isa isa, const T* up, int64_t batch, int64_t n,
+                       const uint8_t* wp, int64_t groups, int64_t units,
+                       const int32_t* threshold, const int64_t* flip, float scale,
+                       float offset, int64_t* words_out) {
+  if (batch == 0 || units == 0) return;
+  const int64_t out_words = (units + kGroup - 1) / kGroup;
+  std::vector<uint8_t> tables(batch * groups * 32);
+  std::vector<int32_t> totals(batch), live(batch * groups), counts(batch);
+  auto prepare = [&](int64_t first, int64_t last) {
+    std::vector<uint8_t> pixels(groups * 4, 0);  // one example, zero-padded to whole groups
+    for (int64_t b = first; b < last; ++b) {
+      int32_t total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        pixels[i] = static_cast<uint8_t>(Pixel(up[b * n + i], scale, offset));
+        total += pixels[i];
+      }
+      totals[b] = total;
+      const int64_t count = LiveGroups(pixels.data(), groups, live.data() + b * groups);
+      counts[b] = static_cast<int32_t>(count);
+      Tables(isa, pixels.data(), count, tables.data() + b * groups * 32);
+    }
+  };
+  workers->ParallelFor(batch, groups * 64, prepare);
+  constexpr int64_t kChunk = 8;  // examples per unit of work
+  const int64_t chunks = (batch + kChunk - 1) / kChunk;
+  auto work = [&](int64_t first, int64_t last) {
+    int32_t sums[kGroup];
+    for (int64_t item = first; item < last; ++item) {
+      const int64_t g = item % out_words, b0 = (item / out_words) * kChunk;
+      const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
+      for (int64_t b = b0; b < std::min(batch, b0 + kChunk); ++b) {
+        TableSums(isa, tables.data() + b * groups * 32, live.data() + b * groups, counts[b],
+                  wp, groups, u0, width, sums);
+        words_out[b * out_words + g] =
+            PackWord(isa, sums, threshold + u0, width, 2, -totals[b], flip[g]);
+      }
+    }
+  };
+  const int64_t cost = std::max<int64_t>(
+      1, std::min(kChunk, batch) * groups * (isa == kGeneric ? 256 : 8));
+  workers->ParallelFor(chunks * out_words, cost, work);
+}
+
 template <typename T>
 class PixelTableSignOp : public OpKernel {
  public:
@@ -844,67 +989,91 @@ class PixelTableSignOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     const Tensor& u = ctx->input(0);
     const Tensor& w = ctx->input(1);
-    OP_REQUIRES(ctx, u.dims() >= 2 && w.dims() == 3 && w.dim_size(2) == 32,
-                InvalidArgument("u must have a batch axis and w the shape (blocks, groups, 32), "
-                                "got ", u.shape().DebugString(), " and ",
-                                w.shape().DebugString()));
-    const int64_t batch = u.dim_size(0), groups = w.dim_size(1);
-    const int64_t units = ctx->input(2).dims() == 1 ? ctx->input(2).dim_size(0) : -1;
-    const int64_t n = batch ? u.NumElements() / batch : 0;
-    OP_REQUIRES(ctx, batch == 0 || groups == (n + 3) / 4,
-                InvalidArgument("u has ", n, " values per example, which make ", (n + 3) / 4,
-                                " groups of 4, but w has ", groups));
-    OP_REQUIRES(ctx, w.dim_size(0) == (units + 63) / 64 * 2,
-                InvalidArgument("w has ", w.dim_size(0), " blocks of 32 units, but ", units,
-                                " units (the threshold's length) need ",
-                                (units + 63) / 64 * 2));
-    if (!CheckThresholds(ctx, ctx->input(2), ctx->input(3), units)) return;
-    const int64_t out_words = (units + kGroup - 1) / kGroup;
+    int64_t units = 0, n = 0;
+    if (!CheckPixelTable(ctx, u, w, ctx->input(2), ctx->input(3), &units, &n)) return;
+    const int64_t batch = u.dim_size(0);
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, out_words}), &out));
-    if (batch == 0 || units == 0) return;
-    const Isa isa = isa_;
-    const T* up = u.flat<T>().data();
-    std::vector<uint8_t> tables(batch * groups * 32);
-    std::vector<int32_t> totals(batch), live(batch * groups), counts(batch);
-    auto prepare = [&](int64_t first, int64_t last) {
-      std::vector<uint8_t> pixels(groups * 4, 0);  // one example, zero-padded to whole groups
-      for (int64_t b = first; b < last; ++b) {
-        int32_t total = 0;
-        for (int64_t i = 0; i < n; ++i) {
-          pixels[i] = static_cast<uint8_t>(Pixel(up[b * n + i], scale_, offset_));
-          total += pixels[i];
-        }
-        totals[b] = total;
-        const int64_t count = LiveGroups(pixels.data(), groups, live.data() + b * groups);
-        counts[b] = static_cast<int32_t>(count);
-        Tables(isa, pixels.data(), count, tables.data() + b * groups * 32);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({batch, (units + kGroup - 1) / kGroup}), &out));
+    RunPixelTableSign(IntraOpThreads(ctx), isa_, u.flat<T>().data(), batch, n,
+                      w.flat<uint8_t>().data(), w.dim_size(1), units,
+                      ctx->input(2).flat<int32_t>().data(), ctx->input(3).flat<int64_t>().data(),
+                      scale_, offset_, out->flat<int64_t>().data());
+  }
+
+ private:
+  float scale_ = 1.0f, offset_ = 0.0f;
+  Isa isa_ = kGeneric;
+};
+
+// A packed MLP in one op: the pixel-table first layer, N hidden xor-popcount layers to packed
+// signs (each reading the previous layer's units as its n), and the logits' affine layer. One
+// call instead of N + 2 saves each op's dispatch, which dominates small batches.
+template <typename T>
+class PackedDenseChainOp : public OpKernel {
+ public:
+  explicit PackedDenseChainOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
+    OP_REQUIRES_OK(ctx, ResolveIsa(ctx, &isa_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& u = ctx->input(0);
+    const Tensor& table = ctx->input(1);
+    int64_t units = 0, n = 0;
+    if (!CheckPixelTable(ctx, u, table, ctx->input(2), ctx->input(3), &units, &n)) return;
+    ::tensorflow::OpInputList kernels, thresholds, flips;
+    OP_REQUIRES_OK(ctx, ctx->input_list("kernels", &kernels));
+    OP_REQUIRES_OK(ctx, ctx->input_list("thresholds", &thresholds));
+    OP_REQUIRES_OK(ctx, ctx->input_list("flips", &flips));
+    const Tensor& w_last = ctx->input(4 + 3 * kernels.size());
+    const Tensor& scale = ctx->input(5 + 3 * kernels.size());
+    const Tensor& shift = ctx->input(6 + 3 * kernels.size());
+    const int64_t batch = u.dim_size(0);
+    // shapes first, so that a mismatch fails before any work
+    std::vector<int64_t> widths = {units};
+    for (int i = 0; i <= kernels.size(); ++i) {
+      const Tensor& w = i < kernels.size() ? kernels[i] : w_last;
+      OP_REQUIRES(ctx, w.dims() == 2 && w.dim_size(0) == (widths.back() + kGroup - 1) / kGroup,
+                  InvalidArgument(i < kernels.size() ? "kernels[" + std::to_string(i) + "]"
+                                                     : std::string("w"),
+                                  " must have ", (widths.back() + kGroup - 1) / kGroup,
+                                  " rows of words for ", widths.back(), " inputs, got ",
+                                  w.shape().DebugString()));
+      widths.push_back(w.dim_size(1));
+      if (i < kernels.size() && !CheckThresholds(ctx, thresholds[i], flips[i], widths.back()))
+        return;
+    }
+    if (!CheckAffine(ctx, scale, shift, widths.back())) return;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({batch, widths.back()}), &out));
+    Workers* workers = IntraOpThreads(ctx);
+    std::vector<int64_t> a(batch * ((units + kGroup - 1) / kGroup)), b;
+    RunPixelTableSign(workers, isa_, u.flat<T>().data(), batch, n, table.flat<uint8_t>().data(),
+                      table.dim_size(1), units, ctx->input(2).flat<int32_t>().data(),
+                      ctx->input(3).flat<int64_t>().data(), scale_, offset_, a.data());
+    for (int i = 0; i <= kernels.size(); ++i) {
+      const Tensor& w = i < kernels.size() ? kernels[i] : w_last;
+      const int64_t in = widths[i], width = widths[i + 1];
+      Epilogue e;
+      e.n = in;
+      if (i < kernels.size()) {
+        b.assign(batch * ((width + kGroup - 1) / kGroup), 0);
+        e.mode = kSign;
+        e.threshold = thresholds[i].flat<int32_t>().data();
+        e.flip = flips[i].flat<int64_t>().data();
+        e.out = b.data();
+      } else {
+        e.mode = kAffine;
+        e.scale = scale.flat<float>().data();
+        e.shift = shift.flat<float>().data();
+        e.out = out->data();
       }
-    };
-    auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-    workers->ParallelFor(batch, groups * 64, prepare);
-    const uint8_t* wp = w.flat<uint8_t>().data();
-    const int32_t* threshold = ctx->input(2).flat<int32_t>().data();
-    const int64_t* flip = ctx->input(3).flat<int64_t>().data();
-    int64_t* words_out = out->flat<int64_t>().data();
-    constexpr int64_t kChunk = 8;  // examples per unit of work
-    const int64_t chunks = (batch + kChunk - 1) / kChunk;
-    auto work = [&](int64_t first, int64_t last) {
-      int32_t sums[kGroup];
-      for (int64_t item = first; item < last; ++item) {
-        const int64_t g = item % out_words, b0 = (item / out_words) * kChunk;
-        const int64_t u0 = g * kGroup, width = std::min(kGroup, units - u0);
-        for (int64_t b = b0; b < std::min(batch, b0 + kChunk); ++b) {
-          TableSums(isa, tables.data() + b * groups * 32, live.data() + b * groups, counts[b],
-                    wp, groups, u0, width, sums);
-          words_out[b * out_words + g] =
-              PackWord(isa, sums, threshold + u0, width, 2, -totals[b], flip[g]);
-        }
-      }
-    };
-    const int64_t cost = std::max<int64_t>(
-        1, std::min(kChunk, batch) * groups * (isa == kGeneric ? 256 : 8));
-    workers->ParallelFor(chunks * out_words, cost, work);
+      RunProduct(workers, isa_, a.data(), batch, (in + kGroup - 1) / kGroup,
+                 w.flat<int64_t>().data(), width, e);
+      a.swap(b);
+    }
   }
 
  private:
@@ -1022,6 +1191,12 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("BnnPixelTableSign").Device(DEVICE_CPU).TypeConstraint<float>("T"),
     PixelTableSignOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnPackedDenseChain").Device(DEVICE_CPU).TypeConstraint<uint8_t>("T"),
+    PackedDenseChainOp<uint8_t>);
+REGISTER_KERNEL_BUILDER(
+    Name("BnnPackedDenseChain").Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    PackedDenseChainOp<float>);
 REGISTER_KERNEL_BUILDER(
     Name("BnnXorPopcountConv2d").Device(DEVICE_CPU).TypeConstraint<float>("T"),
     XorPopcountConv2dOp<float>);

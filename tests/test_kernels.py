@@ -468,6 +468,82 @@ def test_conv_kernel_rejects_a_kernel_of_the_wrong_depth():
                                           np.zeros((8, 3), np.int64), (3, 3), (1, 1), 27)
 
 
+def _chain_layers(rng, widths):
+    """Random ±1 layers between ``widths`` (pixels first), as numpy references and as the
+    packed arguments of ``Ops.packed_dense_chain``: thresholds and flips for every layer but
+    the last, the last a scale and shift."""
+    weights = [_signs(rng, (n, units)) for n, units in zip(widths, widths[1:])]
+    thresholds = [_thresholds(rng, units, bound) for units, bound in zip(
+        widths[1:-1], [255 * widths[0] // 8, *widths[1:-2]])]
+    scale, shift = (rng.normal(0, 0.1, widths[-1]).astype(np.float32) for _ in range(2))
+    first = (kernels.table_kernel(pack_bits(weights[0], axis=0), widths[0]), thresholds[0][0],
+             _flip_words(thresholds[0][1]))
+    hidden = [(pack_bits(w, axis=0), t, _flip_words(f))
+              for w, (t, f) in zip(weights[1:-1], thresholds[1:])]
+    last = (pack_bits(weights[-1], axis=0), scale, shift)
+    return weights, thresholds, (scale, shift), (first, hidden, last)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(0, 45), widths=st.lists(st.integers(1, 150), min_size=3, max_size=6),
+       seed=st.integers(0, 2**16))
+def test_packed_dense_chain_equals_numpy_layer_by_layer(variant, batch, widths, seed):
+    rng = np.random.default_rng(seed)
+    weights, thresholds, (scale, shift), args = _chain_layers(rng, widths)
+    pixels = rng.integers(0, 256, (batch, widths[0])).astype(np.uint8)
+    a = pixels.astype(np.int64)
+    for w, (threshold, flip) in zip(weights, thresholds):  # numpy: every layer's ±1 output
+        a = np.where(((a @ w.astype(np.int64)) >= threshold) ^ flip, 1, -1)
+    dots = (a @ weights[-1].astype(np.int64)).astype(np.float64)
+    expected = (dots * scale.astype(np.float64) + shift.astype(np.float64)).astype(np.float32)
+    ops = kernels.ops(variant)
+    logits = ops.packed_dense_chain(pixels, *args).numpy()
+    assert logits.shape == (batch, widths[-1]) and logits.dtype == np.float32
+    np.testing.assert_array_equal(logits, expected)  # exact integers, one rounding
+    scale_in, offset = 1 / 127.5, -1.0  # float inputs on the pixel grid encode to the pixels
+    x = (pixels.astype(np.float32) * np.float32(scale_in) + np.float32(offset)).reshape(
+        batch, widths[0], 1)
+    np.testing.assert_array_equal(ops.packed_dense_chain(
+        x, *args, encoding={"scale": scale_in, "offset": offset}).numpy(), expected)
+
+
+@needs_native
+@pytest.mark.parametrize("variant", _variants())
+def test_packed_dense_chain_equals_the_ops_one_after_the_other(variant):
+    rng = np.random.default_rng(7)
+    widths = [784, 2048, 2048, 2048, 10]  # the BinaryNet MLP, batch 1 and a row tail
+    _, _, _, (first, hidden, last) = _chain_layers(rng, widths)
+    ops = kernels.ops(variant)
+    for batch in (1, 37):
+        pixels = rng.integers(0, 256, (batch, 28, 28, 1)).astype(np.uint8)
+        words = ops.pixel_table_sign(pixels, *first)
+        for layer, n in zip(hidden, widths[1:]):
+            words = ops.xor_popcount_sign(words, *layer, n)
+        expected = ops.xor_popcount_affine(words, *last, widths[-2]).numpy()
+        np.testing.assert_array_equal(
+            ops.packed_dense_chain(pixels, first, hidden, last).numpy(), expected)
+
+
+@needs_native
+@pytest.mark.parametrize("layer, replacement, message", [
+    ("hidden", lambda h: [(h[0][0][:-1], *h[0][1:])], "kernels[0] must have 1 rows of words "
+                                                      "for 40 inputs, got [0,30]"),
+    ("hidden", lambda h: [(h[0][0], h[0][1][:-1], h[0][2])], "threshold must have shape (30)"),
+    ("last", lambda last: (last[0][:, :2], *last[1:]), "scale must have shape (2)"),
+    ("last", lambda last: (np.zeros((2, 3), np.int64), *last[1:]), "w must have 1 rows"),
+])
+def test_packed_dense_chain_rejects_inconsistent_layers(layer, replacement, message):
+    rng = np.random.default_rng(1)
+    _, _, _, (first, hidden, last) = _chain_layers(rng, [20, 40, 30, 3])
+    args = {"first": first, "hidden": hidden, "last": last}
+    args[layer] = replacement(args[layer])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message.replace(
+            "(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        kernels.ops().packed_dense_chain(np.zeros((2, 20), np.uint8), **args)
+
+
 @needs_native
 def test_kernels_run_inside_a_tf_function_with_unknown_batch():
     rng = np.random.default_rng(0)
