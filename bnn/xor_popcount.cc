@@ -977,14 +977,24 @@ void RunPixelTableSign(Workers* workers, Isa isa, const T* up, int64_t batch, in
   workers->ParallelFor(chunks * out_words, cost, work);
 }
 
-template <typename T>
-class PixelTableSignOp : public OpKernel {
+// What the ops on pixels share: the encoding of float inputs (scale, offset) and the variant.
+class PixelOp : public OpKernel {
  public:
-  explicit PixelTableSignOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit PixelOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
     OP_REQUIRES_OK(ctx, ResolveIsa(ctx, &isa_));
   }
+
+ protected:
+  float scale_ = 1.0f, offset_ = 0.0f;
+  Isa isa_ = kGeneric;
+};
+
+template <typename T>
+class PixelTableSignOp : public PixelOp {
+ public:
+  using PixelOp::PixelOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& u = ctx->input(0);
@@ -1000,23 +1010,15 @@ class PixelTableSignOp : public OpKernel {
                       ctx->input(2).flat<int32_t>().data(), ctx->input(3).flat<int64_t>().data(),
                       scale_, offset_, out->flat<int64_t>().data());
   }
-
- private:
-  float scale_ = 1.0f, offset_ = 0.0f;
-  Isa isa_ = kGeneric;
 };
 
 // A packed MLP in one op: the pixel-table first layer, N hidden xor-popcount layers to packed
 // signs (each reading the previous layer's units as its n), and the logits' affine layer. One
 // call instead of N + 2 saves each op's dispatch, which dominates small batches.
 template <typename T>
-class PackedDenseChainOp : public OpKernel {
+class PackedDenseChainOp : public PixelOp {
  public:
-  explicit PackedDenseChainOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale", &scale_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
-    OP_REQUIRES_OK(ctx, ResolveIsa(ctx, &isa_));
-  }
+  using PixelOp::PixelOp;
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& u = ctx->input(0);
@@ -1075,10 +1077,6 @@ class PackedDenseChainOp : public OpKernel {
       a.swap(b);
     }
   }
-
- private:
-  float scale_ = 1.0f, offset_ = 0.0f;
-  Isa isa_ = kGeneric;
 };
 
 // The "valid" +-1 convolution of packed operands as dot products n - 2 * mismatches in T. Work
