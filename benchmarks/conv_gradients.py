@@ -21,9 +21,12 @@ blocks:
 
 and reports medians over blocks, ``tensorflow / lookup``, the median over blocks of the ratio
 of neighbouring blocks, which kernels ``bnn.bitops.conv_gradient_kernels`` picks on this machine,
-and the largest difference between the lookup's gradient and TensorFlow's relative to the
-largest gradient (the same sums in another order: 0 in float32 up to rounding; in bfloat16,
-TensorFlow's rounding of its sums). It needs the native kernels.
+and, relative to the largest gradient, the largest difference from the float32 kernel gradient
+of the same operands (TensorFlow's, in float32) of the lookup's gradient
+(``max_relative_difference``: the same sums in another order, float32 rounding) and of
+TensorFlow's in the dtype (``tensorflow_max_relative_difference``: in bfloat16 its rounding of
+the sums, which on CPUs where oneDNN does not run TensorFlow's convolutions, such as AMD Zen 3,
+sums in bfloat16). It needs the native kernels.
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ def _timers(size: int, c: int, f: int, batch: int, dtype: tf.DType, rng):
         "tensorflow": lambda: tf.raw_ops.Conv2DBackpropFilter(
             input=padded, filter_sizes=[3, 3, c, f], out_backprop=dy, strides=strides,
             padding="VALID"),
+        "float32": lambda: tf.raw_ops.Conv2DBackpropFilter(
+            input=tf.cast(padded, tf.float32), filter_sizes=[3, 3, c, f],
+            out_backprop=tf.cast(dy, tf.float32), strides=strides, padding="VALID"),
         "patches_product": lambda: tf.reshape(
             tf.matmul(native.sign_patches(words, (3, 3), (1, 1), c, dtype),
                       tf.reshape(dy, [-1, f])), [3, 3, c, f]),
@@ -96,8 +102,12 @@ def _time_once(fn) -> float:
 
 def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int, rng) -> dict:
     timers = _timers(size, c, f, batch, dtype, rng)
-    reference = timers["tensorflow"]().numpy().astype(np.float64)
-    difference = np.abs(timers["lookup"]().numpy().astype(np.float64) - reference)
+    reference = timers.pop("float32")().numpy().astype(np.float64)
+    largest = max(np.abs(reference).max(), 1e-30)
+
+    def relative_difference(name: str) -> float:
+        return float(np.abs(timers[name]().numpy().astype(np.float64) - reference).max()
+                     / largest)
     for fn in timers.values():  # warm-up: tracing, oneDNN's primitive caches
         fn()
     times: dict[str, list[float]] = {name: [] for name in timers}
@@ -109,7 +119,8 @@ def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int,
     row.update({f"{name}_ms": statistics.median(t) for name, t in times.items()})
     row["tensorflow_over_lookup"] = paired_ratio(times["tensorflow"], times["lookup"])
     row["default_kernels"] = bitops.conv_gradient_kernels(dtype, 9 * c)
-    row["max_relative_difference"] = float(difference.max() / max(np.abs(reference).max(), 1e-30))
+    row["max_relative_difference"] = relative_difference("lookup")
+    row["tensorflow_max_relative_difference"] = relative_difference("tensorflow")
     return row
 
 
@@ -149,14 +160,15 @@ def main(argv=None) -> int:
             for size, c, f in layer_shapes(args.filters)]
     print("| layer | forward ms | TensorFlow kernel gradient ms | ±1 patches + product ms | "
           "patch bits ms | bits + lookup ms | TensorFlow / lookup | default | "
-          "max rel. difference |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "lookup max rel. difference | TensorFlow max rel. difference |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['size']}x{r['size']}, {r['in_channels']} -> {r['filters']} | "
               f"{r['forward_ms']:.1f} | {r['tensorflow_ms']:.1f} | "
               f"{r['patches_product_ms']:.1f} | {r['bits_ms']:.1f} | {r['lookup_ms']:.1f} | "
               f"{r['tensorflow_over_lookup']:.2f} | {r['default_kernels']} | "
-              f"{r['max_relative_difference']:.1e} |")
+              f"{r['max_relative_difference']:.1e} | "
+              f"{r['tensorflow_max_relative_difference']:.1e} |")
     total = {key: sum(r[key] for r in rows)
              for key in ("tensorflow_ms", "patches_product_ms", "lookup_ms")}
     print(f"\nAll layers: TensorFlow {total['tensorflow_ms']:.1f} ms, ±1 patches + product "

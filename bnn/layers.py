@@ -57,6 +57,25 @@ def _padded(layer, x):
     return x, layer.padding
 
 
+def _depthwise(layer, x, kernel, padding):
+    """``ops.depthwise_conv`` of ``x`` with ``layer``'s strides and dilation. Unequal strides
+    run as stride 1 on explicitly padded input, then every ``strides``-th output (the same
+    windows): TensorFlow's CPU kernel refuses unequal strides where oneDNN does not run it (on
+    CPUs without AVX-512, such as AMD Zen 3)."""
+    if layer.strides[0] == layer.strides[1]:
+        return ops.depthwise_conv(x, kernel, strides=layer.strides, padding=padding,
+                                  dilation_rate=layer.dilation_rate,
+                                  data_format=layer.data_format)
+    if padding == "same":
+        x = ops.pad(x, _same_padding(layer, x))
+    y = ops.depthwise_conv(x, kernel, strides=1, padding="valid",
+                           dilation_rate=layer.dilation_rate, data_format=layer.data_format)
+    sh, sw = layer.strides
+    if layer.data_format == "channels_last":
+        return y[:, ::sh, ::sw, :]
+    return y[:, :, ::sh, ::sw]
+
+
 def _quantized(variable, quantizer):
     return variable if quantizer is None else quantizer(variable)
 
@@ -403,9 +422,7 @@ class BinaryDepthwiseConv2D(_DepthwiseQuantization, keras.layers.DepthwiseConv2D
         x = self._quantize_inputs(inputs)
         kernel = _quantized(self.kernel, self.depthwise_quantizer if self.quantized else None)
         x, padding = _padded(self, x)
-        outputs = ops.depthwise_conv(x, kernel, strides=self.strides, padding=padding,
-                                     dilation_rate=self.dilation_rate,
-                                     data_format=self.data_format)
+        outputs = _depthwise(self, x, kernel, padding)
         outputs = self._add_bias(outputs)
         return outputs if self.activation is None else self.activation(outputs)
 
@@ -470,9 +487,8 @@ class BinarySeparableConv2D(_DepthwiseQuantization, keras.layers.SeparableConv2D
         depthwise = _quantized(self.depthwise_kernel, self.depthwise_quantizer if quantize else None)
         pointwise = _quantized(self.pointwise_kernel, self.pointwise_quantizer if quantize else None)
         x, padding = _padded(self, x)
-        outputs = ops.separable_conv(x, depthwise, pointwise, strides=self.strides,
-                                     padding=padding, dilation_rate=self.dilation_rate,
-                                     data_format=self.data_format)
+        outputs = ops.conv(_depthwise(self, x, depthwise, padding), pointwise, strides=1,
+                           padding="valid", data_format=self.data_format)
         outputs = self._add_bias(outputs)
         return outputs if self.activation is None else self.activation(outputs)
 

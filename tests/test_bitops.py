@@ -210,8 +210,18 @@ def test_training_products_run_natively_with_the_same_results_and_gradients(monk
     x, w = tf.constant(x, dtype), tf.constant(w, dtype)
     dy = tf.constant(rng.integers(-3, 4, fn(x, w, False).shape), dtype)
     runs = [_grads(lambda a, b, t=training: fn(a, b, t), x, w, dy) for training in (True, False)]
-    for native, xla in zip(*runs):
-        np.testing.assert_array_equal(native.astype("float32"), xla.astype("float32"))
+    # on CPUs without AVX-512 the input gradient with patches is XLA's (exact sums rounded
+    # once), not TensorFlow's: both against the float32 gradient of the same operands
+    xla_dx = layer == "conv" and gradients == "patches" and bitops._xla_convolutions_faster()
+    exact = runs if not xla_dx else [(y, dw) for y, _, dw in runs]
+    for native, reference in zip(*exact):
+        np.testing.assert_array_equal(native.astype("float32"), reference.astype("float32"))
+    if xla_dx:
+        f32 = _grads(lambda a, b: fn(a, b, False), *(tf.cast(t, tf.float32) for t in (x, w)),
+                     tf.cast(dy, tf.float32))[1]
+        rounding = 2.0 ** -8 if dtype == tf.bfloat16 else 1e-6  # of the largest value
+        np.testing.assert_allclose(runs[0][1].astype("float32"), f32, rtol=0,
+                                   atol=rounding * np.abs(f32).max())
     assert "BnnXorPopcountConv2d" in _op_types(lambda a, b: fn(a, b, True), x, w)
     assert "BnnXorPopcountConv2d" not in _op_types(lambda a, b: fn(a, b, False), x, w)
 
