@@ -280,7 +280,7 @@ class _Stage(tf.Module):
         ``encoding`` (pixel tables) or its int32 products (thresholds); ``None`` elsewhere.
         Same integers as :meth:`__call__`."""
         if self.packed_in and self.op == "dense":
-            x = tf.reshape(x, [-1, int(x.shape[-1])])
+            x = tf.reshape(x, [-1, int(np.prod(x.shape[1:]))])
             n = int(np.prod(self.in_shape))
             if self.output == "bits":
                 return kernels.xor_popcount_sign(x, self.kernel, self.threshold, self.flip, n)
@@ -288,6 +288,14 @@ class _Stage(tf.Module):
                 return self._tail_xla(n - 2 * kernels.xor_popcount(x, self.kernel))
             return kernels.xor_popcount_affine(x, self.kernel, self.logit_scale,
                                                self.logit_shift, n)
+        if self.packed_in and self.op == "conv2d" and self.output == "bits":
+            x = tf.pad(x, self.pads)
+            if self.pad_mask is not None:
+                x = tf.bitwise.bitwise_or(x, self.pad_mask)
+            dots = kernels.ops().xor_popcount_conv2d(
+                x, self.kernel, (self.kh, self.kw), (self.sh, self.sw),
+                self.kh * self.kw * self.in_shape[-1])
+            return self._bits_xla(dots)
         if self.integer_in and x.dtype != tf.int32 and self.output == "bits":
             return kernels.pixel_table_sign(x, self.kernel_table, self.threshold, self.flip,
                                             None if x.dtype == tf.uint8 else encoding)
@@ -300,6 +308,13 @@ class _Stage(tf.Module):
         """The stage as its own XLA computation (the native path's stages without native
         kernels), so its float math rounds as in the all-XLA paths."""
         return self(x)
+
+    @tf.function(jit_compile=True)
+    def _bits_xla(self, dots: tf.Tensor) -> tf.Tensor:
+        """:meth:`_bits` of a packed convolution's float32 dot products (exact integers), with
+        its zero-padding correction, compiled by XLA."""
+        a = tf.cast(dots, tf.int32)
+        return self._bits(a if self.corr is None else a + self.corr)
 
     @tf.function(jit_compile=True)
     def _tail_xla(self, a: tf.Tensor) -> tf.Tensor:
@@ -349,14 +364,27 @@ class _Stage(tf.Module):
         else:
             a = self._linear(x)
         if (self.packed_in or self.integer_in) and self.output == "bits":
-            words = pack(a >= self.threshold)
-            if self.pool:
-                words = self._pool_or(words)
-            return tf.bitwise.bitwise_xor(words, self.flip)
+            return self._bits(a)
         return self._tail(a)
+
+    def _bits(self, a: tf.Tensor) -> tf.Tensor:
+        """The next stage's words from int32 pre-activations: ``[a >= threshold]`` packed,
+        max-pooled as an OR, XOR the flips."""
+        words = pack(a >= self.threshold)
+        if self.pool:
+            words = self._pool_or(words)
+        return tf.bitwise.bitwise_xor(words, self.flip)
 
 
 _pack_xla = tf.function(pack, jit_compile=True)
+
+
+def _native_convolutions() -> bool:
+    """Whether a model with packed convolutions runs its batches of :data:`LARGE_BATCH` or more
+    on the native kernels by default (where :func:`bnn.kernels.preferred`): with their AVX2
+    variant, which beat the XLA kernels on an AVX2-only CPU at batch 100 (docs/export.md);
+    elsewhere the XLA kernels, as measured before. Smaller batches stay one XLA call."""
+    return kernels.variant() == "avx2"
 
 
 def int8_matmul_available() -> bool:
@@ -424,19 +452,21 @@ class PackedModel(tf.Module):
             ``u`` of normalized inputs ``x = s * u + o``; ``None`` for float inputs.
 
         native: use the native kernels of :mod:`bnn.kernels`; ``None`` (default): where
-            :func:`bnn.kernels.preferred` and the model has no packed convolutions; ``True`` raises
-            :class:`NativeKernelsUnavailable` where they cannot run it.
+            :func:`bnn.kernels.preferred`, for a model with packed convolutions only where they
+            run their AVX2 variant; ``True`` raises :class:`NativeKernelsUnavailable` where they
+            are unavailable.
 
     Calls dispatch by batch size and input dtype, with no retracing and no per-call Python work
     per layer. With native kernels, a model with an integer first stage and packed dense layers
     (the MLP) runs batches under :data:`EAGER_BATCH`, and every batch where the first layer
     does not take the int8 product (:func:`int8_first_layer_preferred`), as one eager native
     op (:meth:`bnn.kernels.Ops.packed_dense_chain`: pixel-table first layer, xor-popcount
-    layers, the logits' xor-popcount and affine map), with no graph call at all; larger batches, and other models' batches of
-    :data:`LARGE_BATCH` or more, run one graph: the int8 first layer (when
-    :func:`int8_matmul_available`), native packed dense layers spread over the intra-op threads
-    (a dense logits stage with its affine map in float64, rounded once as XLA's fused
-    multiply-add), and the other stages as XLA calls. Without native kernels, batches under
+    layers, the logits' xor-popcount and affine map), with no graph call at all; larger
+    batches, and other models' batches of :data:`LARGE_BATCH` or more, run one graph: the int8
+    first layer (when :func:`int8_matmul_available`), native packed dense layers and packed
+    convolutions spread over the intra-op threads (a dense logits stage with its affine map in
+    float64, rounded once as XLA's fused multiply-add; a convolution's thresholds, pooling and
+    packing as one XLA call), and the other stages as XLA calls. Without native kernels, batches under
     :data:`LARGE_BATCH` run one XLA call (batch 1 with a static shape, where an integer first
     stage uses bit planes), larger ones two independent halves, each the int8 first layer and
     one XLA call for the rest, which TensorFlow can run on two cores at once. All paths compute
@@ -472,10 +502,10 @@ class PackedModel(tf.Module):
                 tf.TensorSpec([None, self.stages[0].units], tf.int32)])
         dense_only = not any(st.packed_in and st.op == "conv2d" for st in self.stages)
         if native is None:
-            native = dense_only and kernels.preferred()
-        elif native and not (dense_only and kernels.available()):
-            raise NativeKernelsUnavailable("native kernels cannot run this model: " + (
-                kernels.unavailable_reason() or "they run packed dense layers only"))
+            native = kernels.preferred() and (dense_only or _native_convolutions())
+        elif native and not kernels.available():
+            raise NativeKernelsUnavailable(
+                f"native kernels cannot run this model: {kernels.unavailable_reason()}")
         self.native = bool(native)
         # the int8 first layer for large batches; otherwise the MLP's first layer stays on the
         # pixel tables and the eager chain beats a graph at every batch size

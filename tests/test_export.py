@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bnn import models
+from bnn import kernels, models
 from bnn.export import (FORMAT_VERSION, ExportError, evaluate, export_model, load_any,
                         load_packed)
 from bnn.packing import EAGER_BATCH
@@ -77,6 +77,15 @@ def test_packed_model_reproduces_keras_logits_and_classes(exported):
     got = load_packed(path).predict(x, batch_size=len(x))  # one XLA compilation
     np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="native kernels unavailable")
+def test_native_kernels_give_the_xla_paths_logits(exported):
+    _, path, _, x = exported
+    native, xla = load_packed(path, native=True), load_packed(path, native=False)
+    assert native.native and not xla.native
+    for batch in (1, 5, len(x)):  # one example, a small batch, a large one
+        np.testing.assert_array_equal(native(x[:batch]).numpy(), xla(x[:batch]).numpy())
 
 
 def test_export_summary_describes_the_file(exported):

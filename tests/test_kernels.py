@@ -711,10 +711,15 @@ def test_native_and_xla_paths_give_identical_logits(fresh_state, tmp_path, encod
         np.testing.assert_array_equal(native(pixels[:1]).numpy(), xla(x[:1]).numpy())
 
 
-def test_packed_convolutions_stay_on_xla(tmp_path):
+@needs_native
+@pytest.mark.parametrize("forced, native", [("avx2", True), ("generic", False)])
+def test_packed_convolutions_run_natively_with_the_avx2_kernels(fresh_state, tmp_path, forced,
+                                                                native):
+    if forced not in kernels.variants():
+        pytest.skip(f"this CPU does not run the {forced} kernels")
+    fresh_state.setenv("BNN_NATIVE_KERNELS", forced)
     model = models.build("vgg_small", input_shape=(8, 8, 3), filters=(8,) * 6,
                          dense_units=(16, 16))
     export_model(model, tmp_path / "v.bnn")
-    assert load_packed(tmp_path / "v.bnn").native is False
-    with pytest.raises(NativeKernelsUnavailable):
-        load_packed(tmp_path / "v.bnn", native=True)
+    assert load_packed(tmp_path / "v.bnn").native is native
+    assert load_packed(tmp_path / "v.bnn", native=True).native
