@@ -223,12 +223,16 @@ class _Stage(tf.Module):
                 x = tf.pad(x, self.pads, constant_values=self.pad_value)
             padding = "VALID" if self.pad_value != 0.0 else self.spec["padding"].upper()
             return tf.nn.conv2d(x, self.kernel, [1, self.sh, self.sw, 1], padding)
-        x = tf.pad(x, self.pads)
-        if self.pad_mask is not None:
-            x = tf.bitwise.bitwise_or(x, self.pad_mask)
         n = self.kh * self.kw * self.in_shape[-1]
-        dots = xor_popcount_conv2d(x, self.kernel, (self.kh, self.kw), (self.sh, self.sw), n)
+        dots = xor_popcount_conv2d(self._padded_words(x), self.kernel, (self.kh, self.kw),
+                                   (self.sh, self.sw), n)
         return dots if self.corr is None else dots + self.corr
+
+    def _padded_words(self, x: tf.Tensor) -> tf.Tensor:
+        """A packed convolution's input words, padded: -1 and 0 padding as 0 bits, +1 padding
+        as the real channels' bits (``pad_mask``)."""
+        x = tf.pad(x, self.pads)
+        return x if self.pad_mask is None else tf.bitwise.bitwise_or(x, self.pad_mask)
 
     def _pool_or(self, words: tf.Tensor) -> tf.Tensor:
         """Max-pool of bits ``[a >= t]`` is the OR of the bits (windows of size = stride)."""
@@ -289,11 +293,8 @@ class _Stage(tf.Module):
             return kernels.xor_popcount_affine(x, self.kernel, self.logit_scale,
                                                self.logit_shift, n)
         if self.packed_in and self.op == "conv2d" and self.output == "bits":
-            x = tf.pad(x, self.pads)
-            if self.pad_mask is not None:
-                x = tf.bitwise.bitwise_or(x, self.pad_mask)
             dots = kernels.ops().xor_popcount_conv2d(
-                x, self.kernel, (self.kh, self.kw), (self.sh, self.sw),
+                self._padded_words(x), self.kernel, (self.kh, self.kw), (self.sh, self.sw),
                 self.kh * self.kw * self.in_shape[-1])
             return self._bits_xla(dots)
         if self.integer_in and x.dtype != tf.int32 and self.output == "bits":
