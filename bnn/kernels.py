@@ -41,8 +41,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np

@@ -1061,7 +1061,7 @@ class PackedDenseChainOp : public PixelOp {
       Epilogue e;
       e.n = in;
       if (i < kernels.size()) {
-        b.assign(batch * ((width + kGroup - 1) / kGroup), 0);
+        b.resize(batch * ((width + kGroup - 1) / kGroup));  // every word is written
         e.mode = kSign;
         e.threshold = thresholds[i].flat<int32_t>().data();
         e.flip = flips[i].flat<int64_t>().data();
