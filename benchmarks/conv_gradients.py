@@ -12,15 +12,15 @@ blocks:
 - ``tensorflow_ms``: TensorFlow's kernel-gradient convolution (``Conv2DBackpropFilter``) of the
   padded ±1 input, what the binary layer runs with ``BNN_CONV_GRADIENTS=tensorflow``;
 - ``patches_product_ms``: the native ±1 patches of the packed input
-  (:meth:`bnn.kernels.Ops.sign_patches`) in the float dtype and their matrix product with the
+  (:meth:`bnn.native.ops.Ops.sign_patches`) in the float dtype and their matrix product with the
   output gradient;
 - ``bits_ms``: the patches as sign bits alone;
 - ``lookup_ms``: the sign bits and their product with the output gradient by table lookup
-  (:meth:`bnn.kernels.Ops.sign_matmul`, in float32), the kernel gradient with
+  (:meth:`bnn.native.ops.Ops.sign_matmul`, in float32), the kernel gradient with
   ``BNN_CONV_GRADIENTS=patches``;
 
 and reports medians over blocks, ``tensorflow / lookup``, the median over blocks of the ratio
-of neighbouring blocks, which kernels ``bnn.bitops.conv_gradient_kernels`` picks on this machine,
+of neighbouring blocks, which kernels ``bnn.native.dispatch.conv_gradient_kernels`` picks on this machine,
 and, relative to the largest gradient, the largest difference from the float32 kernel gradient
 of the same operands (TensorFlow's, in float32) of the lookup's gradient
 (``max_relative_difference``: the same sums in another order, float32 rounding) and of
@@ -38,15 +38,16 @@ import sys
 import time
 from pathlib import Path
 
-from bnn.startup import start_tensorflow
+from bnn.cli.startup import start_tensorflow
 
 start_tensorflow()  # the pooling CPU allocator, and TensorFlow without its start-up log lines
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bnn import bitops, kernels  # noqa: E402
-from bnn.benchmark import paired_ratio  # noqa: E402
+from bnn.native import dispatch  # noqa: E402
+from bnn.ops import bitpack  # noqa: E402
+from bnn.tools.benchmark import paired_ratio  # noqa: E402
 
 DTYPES = {"bfloat16": tf.bfloat16, "float32": tf.float32}
 VGG_SMALL_FILTERS = (128, 128, 256, 256, 512, 512)
@@ -66,10 +67,10 @@ def _timers(size: int, c: int, f: int, batch: int, dtype: tf.DType, rng):
     signs = np.where(rng.random((batch, size, size, c)) < 0.5, 1.0, -1.0)
     padded = tf.constant(np.pad(signs, [(0, 0), (1, 1), (1, 1), (0, 0)], constant_values=1.0),
                          dtype)
-    words = bitops.pack(padded >= 0, axis=-1)
+    words = bitpack.pack(padded >= 0, axis=-1)
     dy = tf.constant(rng.standard_normal((batch, size, size, f)), dtype)
     w = tf.constant(rng.uniform(-1, 1, (3, 3, c, f)), dtype)
-    native = kernels.ops()
+    native = dispatch.ops()
     strides = [1, 1, 1, 1]
 
     def bits():
@@ -118,7 +119,7 @@ def measure(size: int, c: int, f: int, batch: int, dtype: tf.DType, blocks: int,
     row = {"size": size, "in_channels": c, "filters": f}
     row.update({f"{name}_ms": statistics.median(t) for name, t in times.items()})
     row["tensorflow_over_lookup"] = paired_ratio(times["tensorflow"], times["lookup"])
-    row["default_kernels"] = bitops.conv_gradient_kernels(dtype, 9 * c)
+    row["default_kernels"] = dispatch.conv_gradient_kernels(dtype, 9 * c)
     row["max_relative_difference"] = relative_difference("lookup")
     row["tensorflow_max_relative_difference"] = relative_difference("tensorflow")
     return row
@@ -150,8 +151,8 @@ def _parse(argv):
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    if not kernels.available():
-        print(f"conv_gradients: native kernels unavailable: {kernels.unavailable_reason()}",
+    if not dispatch.available():
+        print(f"conv_gradients: native kernels unavailable: {dispatch.unavailable_reason()}",
               file=sys.stderr)
         return 1
     dtype = DTYPES[args.dtype]
@@ -173,11 +174,11 @@ def main(argv=None) -> int:
              for key in ("tensorflow_ms", "patches_product_ms", "lookup_ms")}
     print(f"\nAll layers: TensorFlow {total['tensorflow_ms']:.1f} ms, ±1 patches + product "
           f"{total['patches_product_ms']:.1f} ms, bits + lookup {total['lookup_ms']:.1f} ms; "
-          f"{args.dtype}, batch {args.batch_size}, kernels {kernels.variant()}.")
+          f"{args.dtype}, batch {args.batch_size}, kernels {dispatch.variant()}.")
     if args.json:
         args.json.write_text(json.dumps({
             "dtype": args.dtype, "batch_size": args.batch_size, "filters": list(args.filters),
-            "blocks": args.blocks, "kernel_variant": kernels.variant(), "layers": rows,
+            "blocks": args.blocks, "kernel_variant": dispatch.variant(), "layers": rows,
             "total": total}, indent=2) + "\n")
     return 0
 

@@ -11,7 +11,7 @@ the uint8 pixels), in interleaved timed blocks after warm-up, and reports median
 of the per-call time and the speed-up over the faster float variant: the median over rounds of
 (the faster float block of the round) / (the packed block of the round), so a minute in which
 the machine runs slow slows both sides of each ratio alike. Where the native kernels
-(``bnn.kernels``) run the packed model, the same model on its pure-TensorFlow XLA kernels is
+(``bnn.native``) run the packed model, the same model on its pure-TensorFlow XLA kernels is
 timed beside it (``BNN_NATIVE_KERNELS=avx2`` times the AVX2 kernels on an AVX-512 CPU; see
 docs/export.md for restricting XLA and oneDNN to AVX2 as well). It also reports the .bnn size against the float twin's saved weights
 (``.weights.h5``), and, when MNIST is available (``BNN_DATA_DIR``, default ../shared/datasets
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bnn.startup import start_tensorflow
+from bnn.cli.startup import start_tensorflow
 
 start_tensorflow()  # the pooling CPU allocator, and TensorFlow without its start-up log lines
 
@@ -37,9 +37,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bnn import kernels, models  # noqa: E402
-from bnn.benchmark import paired_ratio  # noqa: E402
-from bnn.export import export_model, load_packed  # noqa: E402
+from bnn import models, settings  # noqa: E402
+from bnn.native import dispatch  # noqa: E402
+from bnn.tools.benchmark import paired_ratio  # noqa: E402
+from bnn.packed.export import export_model, load_packed  # noqa: E402
 
 ARCHITECTURES = {
     "mlp": ("binarynet_mlp", {}, (28, 28, 1)),
@@ -198,15 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not keys:
         parser.error(f"--models: unknown {', '.join(unknown) or 'empty list'}; choose from "
                      f"{', '.join(ARCHITECTURES)}")
-    data_dir = Path(os.environ.get("BNN_DATA_DIR",
-                                   Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    data_dir = Path(settings.data_dir()
+                    or Path(__file__).resolve().parents[2] / "shared" / "datasets")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         results = {"cpu_threads": os.cpu_count(), "quick": args.quick,
-                   "native_kernels": kernels.preferred(),
-                   "native_kernel_variant": kernels.variant(),
-                   "native_kernels_built": kernels.available(),
-                   "native_kernels_unavailable": kernels.unavailable_reason(),
+                   "native_kernels": dispatch.preferred(),
+                   "native_kernel_variant": dispatch.variant(),
+                   "native_kernels_built": dispatch.available(),
+                   "native_kernels_unavailable": dispatch.unavailable_reason(),
                    "models": {key: benchmark_architecture(key, work, args.quick)
                               for key in keys},
                    "mnist": mnist_agreement(data_dir, work, args.quick)}

@@ -28,11 +28,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from bnn.startup import start_tensorflow
+from bnn.cli.startup import start_tensorflow
 
 start_tensorflow()  # the pooling CPU allocator, and TensorFlow without its start-up log lines
 
-from bnn import benchmark  # noqa: E402
+from bnn.tools import benchmark  # noqa: E402
 
 LARQ_SCRIPT = Path(__file__).with_name("larq_step_time.py")
 LARQ_LABELS = ("larq_binary", "larq_float")
@@ -41,7 +41,7 @@ LARQ_LABELS = ("larq_binary", "larq_float")
 class LarqServer:
     """``larq_step_time.py`` running under another Python, timing Larq's models on request.
 
-    Called with a benchmark run's spec (see :func:`bnn.benchmark.run`'s ``companions``), it
+    Called with a benchmark run's spec (see :func:`bnn.tools.benchmark.run`'s ``companions``), it
     builds and warms up Larq's twins and returns their block timers.
     """
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import bnn  # noqa: F401  (registers bnn's Keras objects)
-from bnn import export
+from bnn.packed import export
 
 FIXTURES = Path(__file__).parent / "fixtures" / "v0.1.0"
 RECORDED = np.load(FIXTURES / "outputs.npz")

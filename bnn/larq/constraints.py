@@ -6,7 +6,7 @@ from typing import Any
 
 import keras
 
-from bnn import constraints as bc
+from bnn.layers import constraints as bc
 from bnn.larq._saving import saves_as
 
 __all__ = ["WeightClip", "weight_clip", "get"]

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import keras
 
-from bnn import summary as bnn_summary
+from bnn.models import summary as bnn_summary
 
 __all__ = ["summary"]
 
