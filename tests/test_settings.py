@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -57,10 +58,32 @@ def test_the_pooling_allocator_lets_a_large_scratch_block_be_reused_across_calls
 
 
 def test_importing_bnn_changes_no_environment_variable():
-    probe = ("import os, json; before = dict(os.environ); import bnn; "
+    probe = ("import os, json; before = dict(os.environ); import bnn, keras; "
              "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
     env = {k: v for k, v in os.environ.items()
            if k not in (settings.ALLOCATOR_VARIABLE, "TF_CPP_MIN_LOG_LEVEL")}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                          timeout=300, check=True).stdout.strip().splitlines()[-1]
     assert out == "{}"
+
+
+def test_each_place_bnn_looks_for_comes_from_its_variable(monkeypatch, tmp_path):
+    for name in ("BNN_CACHE_DIR", "XDG_CACHE_HOME", "CXX", "BNN_DATA_DIR", "BNN_DATA_URL",
+                 "KERAS_HOME", "TF_CONFIG", "BNN_TF_LOG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert settings.cache_dir() == tmp_path / ".cache" / "bnn"
+    assert settings.compilers() == ["g++", "c++", "clang++"]
+    assert (settings.data_dir(), settings.data_url(), settings.tf_config()) == (None, None, "")
+    assert settings.keras_home() == tmp_path / ".keras" and not settings.tensorflow_log()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert settings.cache_dir() == tmp_path / "xdg" / "bnn"
+    for name, value in (("BNN_CACHE_DIR", "/c"), ("CXX", "clang++-17"), ("BNN_DATA_DIR", "/d"),
+                        ("BNN_DATA_URL", "http://mirror/"), ("KERAS_HOME", "/k"),
+                        ("TF_CONFIG", "{}"), ("BNN_TF_LOG", " Yes ")):
+        monkeypatch.setenv(name, value)
+    assert settings.cache_dir() == Path("/c")
+    assert settings.compilers()[0] == "clang++-17"
+    assert (settings.data_dir(), settings.data_url(), settings.tf_config()) == (
+        "/d", "http://mirror/", "{}")
+    assert settings.keras_home() == Path("/k") and settings.tensorflow_log()

@@ -2,17 +2,13 @@
 of its input under XLA.
 
 Keras 3's ``BatchNormalization`` computes its batch statistics, normalization and gradients as a
-dozen separate TensorFlow ops (moments, broadcasts, multiply-adds), each a pass over the
-activations. Without XLA that costs 2.3x more than TensorFlow's fused batch-norm kernel on CPU
-(forward and backward of 50 x 32 x 32 x 128: 29.6 ms against 12.2 ms), and about a tenth of a
-VGG-small train step, so outside XLA the layer uses the fused kernel.
-
-Under XLA the same ops are fused, but on a CPU XLA compiles a reduction of a 4-D tensor over
-its first three axes with an elementwise operand (the sum of squares for the variance, the
-gradients of the scale and offset) into a slow windowed loop: 14 ms for the sum of squares of
-50 x 32 x 32 x 128, against 3 ms over the same values viewed as a (51200, 128) matrix. So under
-XLA the layer normalizes that matrix view: forward and backward of 50 x 32 x 32 x 128 took 21.5
-ms against 69 ms for Keras' layer, with the same results to float32 rounding.
+dozen separate TensorFlow ops, each a pass over the activations; outside XLA the layer runs
+TensorFlow's fused batch-norm kernel instead, one pass forward and one backward. Under XLA the
+same ops are fused, but on a CPU XLA compiles a reduction of a 4-D tensor over its first three
+axes with an elementwise operand into a slow windowed loop, so the layer normalizes the input
+viewed as a matrix (one row per position), with the same results to float32 rounding.
+Measurements: docs/speed.md, "Batch normalization: the fused kernel, and a matrix view under
+XLA".
 """
 
 from __future__ import annotations

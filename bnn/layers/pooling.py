@@ -1,19 +1,10 @@
-"""``MaxPooling2D`` that XLA compiles into fast CPU code (:func:`bnn.ops.fused.max_pool_slices`).
+"""``MaxPooling2D`` that XLA compiles into fast CPU code.
 
 XLA lowers ``tf.nn.max_pool`` with its gradient into a windowed reduction that also tracks the
-position of each maximum, which on a CPU costs several times the pooling itself: for VGG-small's
-first pool (50 x 32 x 32 x 128, 2x2) the forward and backward pass together took 51 ms under
-XLA, against 8 ms for the same pooling written as the maximum of ``k * k`` strided slices, whose
-gradient goes to the first maximal slice of each window in row-major order, as
-``MaxPoolGrad`` routes it (ties, which integer-valued binary pre-activations make common,
-included). Outside XLA, TensorFlow's own max-pool kernel is the faster one, so the layer uses the
-slices only while it is being compiled by XLA (``jit_compile=True``).
-
-The forward pass also records which slice won each window, as an argmax over the stacked slices.
-XLA keeps the result of a reduction in memory, so the backward pass reads one index per window
-instead of recomputing its input. Comparing the slices with the maximum there instead let XLA
-fuse the pool's whole input into the gradient: after an xor-popcount convolution that means
-re-reading every partial popcount sum, and it cost VGG-small's binary train step about 5%.
+position of each maximum, which on a CPU costs several times the pooling itself. Under XLA the
+layer pools as the maximum of strided slices instead (:func:`bnn.ops.fused.max_pool_slices`),
+with the same values and gradients; outside XLA TensorFlow's own kernel is the faster one, so
+the layer keeps it there. Measurements: docs/speed.md, "Max-pooling under XLA".
 """
 
 from __future__ import annotations

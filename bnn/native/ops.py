@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import tensorflow as tf
 
-__all__ = ["Ops", "table_kernel"]
+__all__ = ["Ops"]
 
 
 class Ops:
@@ -119,9 +118,10 @@ class Ops:
                          flip: tf.Tensor, encoding: dict[str, float] | None = None
                          ) -> tf.Tensor:
         """Packed bits ``[u . w >= threshold] XOR flip`` for pixels ``u`` ``(batch, ...)`` in
-        [0, 255] (each example flattened) and a ±1 kernel ``w`` given as :func:`table_kernel`,
-        exact. ``u`` is uint8, or float32 ``x`` with ``encoding`` ``{"scale": s, "offset":
-        o}``, encoded to ``clip(round((x - o) / s), 0, 255)``.
+        [0, 255] (each example flattened) and a ±1 kernel ``w`` given as
+        :func:`bnn.packed.runtime.table_kernel`, exact. ``u`` is uint8, or float32 ``x`` with
+        ``encoding`` ``{"scale": s, "offset": o}``, encoded to ``clip(round((x - o) / s), 0,
+        255)``.
 
         With ``u . w = 2 * (u . b) - sum(u)`` for the weight bits ``b`` and ``u = 16 * h + l``
         for the pixels' nibbles, ``u . b = 16 * (h . b) + l . b``; per group of 4 pixels, the
@@ -147,19 +147,3 @@ class Ops:
         return self._lib.bnn_packed_dense_chain(u, *first, kernels, thresholds, flips, *last,
                                                 scale=float(scale), offset=float(offset),
                                                 isa=self.variant)
-
-
-def table_kernel(w_words: np.ndarray, n: int) -> np.ndarray:
-    """The ±1 kernel of packed words ``w_words`` ``(ceil(n / 64), units)`` in the layout of
-    :meth:`Ops.pixel_table_sign`: uint8 ``(blocks, groups, 32)``, ``groups = ceil(n / 4)``,
-    ``blocks = 2 * ceil(units / 64)``; byte ``[u // 32, g, u % 32]`` holds bits ``4 g`` to
-    ``4 g + 3`` of unit ``u``'s weights (1 for +1; bits past ``n`` and pad units 0)."""
-    w_words = np.asarray(w_words, np.int64)
-    units = w_words.shape[1]
-    groups, blocks = -(-n // 4), 2 * -(-units // 64)
-    as_bytes = np.ascontiguousarray(w_words.T).astype("<i8").view(np.uint8)
-    bits = np.unpackbits(as_bytes, axis=1, bitorder="little")[:, :n]  # (units, n)
-    bits = np.pad(bits, [(0, blocks * 32 - units), (0, groups * 4 - n)])
-    nibbles = (bits.reshape(blocks * 32, groups, 4) << np.arange(4, dtype=np.uint8)).sum(-1)
-    return np.ascontiguousarray(
-        nibbles.reshape(blocks, 32, groups).transpose(0, 2, 1).astype(np.uint8))

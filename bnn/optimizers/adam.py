@@ -43,8 +43,7 @@ class Adam(keras.optimizers.Adam):
     gradient and without ``amsgrad``, a variable's update runs as TensorFlow's
     ``ResourceApplyAdam`` kernel, one multi-threaded pass over the variable, its two moments
     and its gradient, where Keras' generic update is a dozen elementwise ops, each its own pass
-    over memory when the train step is not XLA-compiled. For the 10.0 M weights of the BinaryNet
-    MLP that is about a quarter of a train step on a CPU. The kernel evaluates the same
+    over memory when the train step is not XLA-compiled. The kernel evaluates the same
     expressions in another order, so results equal Keras' Adam's to float rounding. Under XLA it
     compiles to the same fused loop as Keras' update. Anything else (sparse gradients,
     ``amsgrad``, other backends) takes Keras' update.
@@ -52,9 +51,10 @@ class Adam(keras.optimizers.Adam):
     A float32 variable whose constraint is a :class:`bnn.layers.WeightClip` (the latent
     kernels of binary layers) is updated and clipped in one pass, by the native kernels' Adam
     update (:meth:`bnn.native.ops.Ops.adam_update`, the same float32 results as
-    ``ResourceApplyAdam`` followed by the clip), where they run (:func:`bnn.native.dispatch.preferred`)
-    and XLA does not compile the step; Keras would clip it in a second pass over the weights
-    after the update (docs/speed.md, "Adam in one kernel"). A float32 gradient that is the cast
+    ``ResourceApplyAdam`` followed by the clip), where they run
+    (:func:`bnn.native.dispatch.preferred`) and XLA does not compile the step; Keras would clip
+    it in a second pass over the weights after the update (docs/speed.md, "Adam in one
+    kernel"). A float32 gradient that is the cast
     of a bfloat16 one (a binary layer's kernel gradient under a bfloat16 policy) reaches that
     update as the bfloat16 tensor, which it widens as it reads, and the cast is left out.
 

@@ -9,12 +9,25 @@ import numpy as np
 import tensorflow as tf
 
 from bnn.native import dispatch
-from bnn.native.ops import table_kernel
 from bnn.ops.bitpack import pack, pack_bits, unpack_bits
 from bnn.ops.xnor import same_pads, xor_popcount_conv2d, xor_popcount_matmul
 from bnn.packed.fold import logit_affine
 
-__all__ = ["Stage"]
+__all__ = ["Stage", "table_kernel"]
+
+
+def table_kernel(w_words: np.ndarray, n: int) -> np.ndarray:
+    """The ±1 kernel of packed words ``w_words`` ``(ceil(n / 64), units)`` in the layout of
+    :meth:`bnn.native.ops.Ops.pixel_table_sign`: uint8 ``(blocks, groups, 32)``, ``groups = ceil(n / 4)``,
+    ``blocks = 2 * ceil(units / 64)``; byte ``[u // 32, g, u % 32]`` holds bits ``4 g`` to
+    ``4 g + 3`` of unit ``u``'s weights (1 for +1; bits past ``n`` and pad units 0)."""
+    units = np.shape(w_words)[1]
+    groups, blocks = -(-n // 4), 2 * -(-units // 64)
+    bits = (unpack_bits(w_words, n, axis=0).T > 0).astype(np.uint8)  # (units, n)
+    bits = np.pad(bits, [(0, blocks * 32 - units), (0, groups * 4 - n)])
+    nibbles = (bits.reshape(blocks * 32, groups, 4) << np.arange(4, dtype=np.uint8)).sum(-1)
+    return np.ascontiguousarray(
+        nibbles.reshape(blocks, 32, groups).transpose(0, 2, 1).astype(np.uint8))
 
 
 class Stage(tf.Module):

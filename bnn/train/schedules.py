@@ -7,9 +7,9 @@ import math
 import keras
 from keras import ops
 
-__all__ = ["EpochSchedule", "SCHEDULES"]
+from bnn.catalog import SCHEDULES
 
-SCHEDULES = ("constant", "cosine", "exponential")
+__all__ = ["EpochSchedule", "SCHEDULES"]
 
 
 @keras.saving.register_keras_serializable(package="bnn")

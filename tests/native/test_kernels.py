@@ -17,7 +17,7 @@ from bnn.errors import SettingError
 from bnn.packed.export import export_model, load_packed
 from bnn.errors import NativeKernelsUnavailable
 from bnn.native.dispatch import EAGER_BATCH
-from bnn.native.ops import table_kernel
+from bnn.packed.runtime import table_kernel
 from bnn.ops.bitpack import pack_bits
 
 needs_native = pytest.mark.skipif(
