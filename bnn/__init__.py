@@ -77,6 +77,22 @@ def import_all() -> None:
         importlib.import_module(module)
 
 
+class _EarlierNames(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import bnn.data`` (and ``from bnn.config import ...``, for every module name in
+    :data:`_MODULES` that earlier versions documented) gives the module that now holds it."""
+
+    def find_spec(self, name, path, target=None):
+        if name.startswith("bnn.") and _MODULES.get(name[4:], name) != name:
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        return importlib.import_module(_MODULES[spec.name[4:]])
+
+    def exec_module(self, module):
+        pass
+
+
 class _RegisterWhenKerasLoads(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``keras`` is first imported, it lets the import run as usual
     and then calls :func:`import_all`, once."""
@@ -97,6 +113,8 @@ class _RegisterWhenKerasLoads(importlib.abc.MetaPathFinder):
         return spec
 
 
+if not any(isinstance(finder, _EarlierNames) for finder in sys.meta_path):
+    sys.meta_path.append(_EarlierNames())
 if "keras" in sys.modules:
     import_all()
 elif not any(isinstance(finder, _RegisterWhenKerasLoads) for finder in sys.meta_path):

@@ -62,3 +62,14 @@ def test_public_names_and_the_modules_earlier_versions_documented_resolve():
                "print(all(callable(n) for n in names), data.__name__, export.__name__,\n"
                "      metrics.__name__, {'BinaryDense', 'larq'} <= set(dir(bnn)))")
     assert out == ["True", "bnn.train.data", "bnn.packed.export", "bnn.train.metrics", "True"]
+
+
+def test_module_names_earlier_versions_documented_still_import():
+    out = _run("import bnn.data, bnn.train.data\n"
+               "from bnn.metrics import FlipRatio\n"
+               "from bnn.config import load_config\n"
+               "from bnn.export import export_model\n"
+               "from bnn.train.metrics import FlipRatio as Same\n"
+               "print(bnn.data is bnn.train.data, FlipRatio is Same, load_config.__module__,\n"
+               "      export_model.__module__)")
+    assert out == ["True", "True", "bnn.train.config", "bnn.packed.export"]
