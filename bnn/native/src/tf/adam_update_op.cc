@@ -1,5 +1,7 @@
-// A native Adam update for bnn's optimizer (see bnn/optimizers.py), built into the same library as
-// xor_popcount.cc by bnn/kernels.py.
+// TensorFlow op of bnn's native Adam update for its optimizer (see bnn/optimizers.py), built into
+// the same library as xor_popcount_ops.cc by bnn/native/build.py: its registration, input checks, the
+// locking of its variables and the split of its work over TensorFlow's intra-op threads. The
+// kernel is in core/adam.h.
 //
 //   BnnAdamUpdate(var, m, v: float32 resource variables, grad float32 or bfloat16, alpha, beta1,
 //                 beta2, epsilon, clip: float32 scalars), in place:
@@ -10,19 +12,20 @@
 // alpha is the step's bias-corrected rate, lr * sqrt(1 - beta2^t) / (1 - beta1^t). These are
 // TensorFlow's ApplyAdam expressions in its order (so, built without contraction into fused
 // multiply-adds, the same float32 results as ResourceApplyAdam), followed by the clip that
-// bnn.constraints.WeightClip applies after the update (clip = inf: none); a bfloat16 gradient is
+// bnn.layers.WeightClip applies after the update (clip = inf: none); a bfloat16 gradient is
 // widened as it is read. One pass over the variable, its two moments and its gradient replaces
 // the update and the clip's own pass over the weights, in a train step that XLA does not compile.
+// The update runs on 256-bit registers where the CPU has AVX2 (the op has no `isa` attribute).
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "native.h"
+#include "core/adam.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/resource_var.h"
+#include "tf/glue.h"
 
 namespace bnn {
 namespace {
@@ -46,68 +49,6 @@ REGISTER_OP("BnnAdamUpdate")
       for (int i = 4; i < 9; ++i) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &scalar));
       return Status();
     });
-
-// The loop reads and writes each element of its arrays at one index only, so it has no dependence
-// between iterations; this lets the compiler vectorize it without checks that they do not alias.
-#if defined(__clang__)
-#define BNN_INDEPENDENT _Pragma("clang loop vectorize(assume_safety)")
-#elif defined(__GNUC__)
-#define BNN_INDEPENDENT _Pragma("GCC ivdep")
-#else
-#define BNN_INDEPENDENT
-#endif
-
-inline float Widen(float g) { return g; }
-
-inline float Widen(::tensorflow::bfloat16 g) {  // the high half of a float32
-  uint16_t half;
-  std::memcpy(&half, &g, sizeof(half));
-  const uint32_t bits = static_cast<uint32_t>(half) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-// One update's operands: the gradient, the moments and the variable (in place), and its scalars.
-template <typename T>
-struct Range {
-  const T* g;
-  float *m, *v, *w;
-  float alpha, keep1, keep2, epsilon, clip;
-};
-
-// The update of elements [first, last). Inlined into a variant per instruction set below.
-template <typename T>
-inline __attribute__((always_inline)) void Update(const Range<T>& r, int64_t first,
-                                                  int64_t last) {
-  const T* g = r.g;
-  float* m = r.m;
-  float* v = r.v;
-  float* w = r.w;
-  BNN_INDEPENDENT
-  for (int64_t i = first; i < last; ++i) {
-    const float gi = Widen(g[i]);
-    const float mi = m[i] + (gi - m[i]) * r.keep1;
-    const float vi = v[i] + (gi * gi - v[i]) * r.keep2;
-    const float wi = w[i] - (mi * r.alpha) / (std::sqrt(vi) + r.epsilon);
-    m[i] = mi;
-    v[i] = vi;
-    w[i] = std::min(std::max(wi, -r.clip), r.clip);
-  }
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-// The same loop over 256-bit registers (twice the square roots and divisions per instruction).
-template <typename T>
-__attribute__((target("avx2"))) void UpdateAvx2(const Range<T>& r, int64_t first, int64_t last) {
-  Update(r, first, last);
-}
-#else
-template <typename T>
-void UpdateAvx2(const Range<T>& r, int64_t first, int64_t last) {
-  Update(r, first, last);
-}
-#endif
 
 // Locks the variables' mutexes in address order (as TensorFlow's own training ops do, so that no
 // two updates wait on each other) and unlocks them when it goes out of scope.
@@ -168,20 +109,16 @@ class AdamUpdateOp : public OpKernel {
     float* w = data[0];
     float* m = data[1];
     float* v = data[2];
-    const T* g = grad.flat<T>().data();
+    const auto* g = AsCore(grad.flat<T>().data());
     const int64_t size = grad.NumElements();
-    static const bool avx2 = HasAvx2();  // the CPU does not change
+    static const Isa isa = core::adam::Best();  // the CPU does not change
     auto work = [=](int64_t first, int64_t last) {
-      const Range<T> range{g, m, v, w, alpha, keep1, keep2, epsilon, clip};
-      if (avx2) {
-        UpdateAvx2(range, first, last);
-      } else {
-        Update(range, first, last);
-      }
+      const core::adam::Range<typename CoreType<T>::type> range{
+          g, m, v, w, alpha, keep1, keep2, epsilon, clip};
+      core::adam::Run(isa, range, first, last);
     };
     constexpr int64_t kCyclesPerElement = 12;  // memory: 28 bytes moved per element
-    ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(size, kCyclesPerElement,
-                                                                        work);
+    IntraOpThreads(ctx)->ParallelFor(size, kCyclesPerElement, work);
   }
 };
 
