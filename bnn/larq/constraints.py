@@ -15,7 +15,7 @@ __all__ = ["WeightClip", "weight_clip", "get"]
 @saves_as(bc.WeightClip)
 class WeightClip(bc.WeightClip):
     """Larq's ``WeightClip(clip_value=1)``: clips weights to ``[-clip_value, clip_value]`` after
-    every optimizer step (:class:`bnn.constraints.WeightClip`)."""
+    every optimizer step (:class:`bnn.layers.WeightClip`)."""
 
     def __init__(self, clip_value: float = 1):
         super().__init__(clip_value)

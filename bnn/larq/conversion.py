@@ -14,7 +14,7 @@ Every layer is mapped to its bnn or Keras 3 counterpart: ``QuantDense``, ``Quant
 ``QuantDepthwiseConv2D`` and ``QuantSeparableConv2D`` to :class:`~bnn.layers.BinaryDense`,
 :class:`~bnn.layers.BinaryConv2D`, :class:`~bnn.layers.BinaryDepthwiseConv2D` and
 :class:`~bnn.layers.BinarySeparableConv2D` (``precision="binary"``, the same quantizers from
-:mod:`bnn.quantizers`, ``weight_clip`` as :class:`~bnn.constraints.WeightClip`), batch
+:mod:`bnn.quantizers`, ``weight_clip`` as :class:`~bnn.layers.WeightClip`), batch
 normalization and max pooling to bnn's drop-ins (same values, faster), other Keras layers to
 their Keras 3 classes. The result uses only bnn and Keras classes, so it loads with
 ``keras.saving.load_model`` after ``import bnn``. Optimizer state is not carried over: compile

@@ -1,4 +1,4 @@
-"""Larq's ``larq.models.summary`` on :mod:`bnn.summary`."""
+"""Larq's ``larq.models.summary`` on :mod:`bnn.models.summary`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def summary(model: keras.Model, print_fn: Callable[[str], Any] | None = None,
             include_macs: bool = True) -> None:
     """Prints, per layer, binary and float parameters, packed memory and (``include_macs``)
     binary and float multiply-accumulates, then totals and the compression ratio
-    (:func:`bnn.summary.format_table`; Larq's table has the same content in another layout).
+    (:func:`bnn.models.summary.format_table`; Larq's table has the same content in another layout).
 
     Raises:
         ValueError: if the model is not built.

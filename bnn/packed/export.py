@@ -38,7 +38,7 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
             a ``keras.Model``.
         output: the ``.bnn`` file to write.
         input_encoding: ``(scale, offset)`` when the model's inputs are ``x = scale * u +
-            offset`` for uint8 pixels ``u`` (MNIST in bnn.data: ``(1 / 127.5, -1.0)``). The
+            offset`` for uint8 pixels ``u`` (MNIST in :mod:`bnn.train.data`: ``(1 / 127.5, -1.0)``). The
             first layer (a ``BinaryDense`` with real inputs) then runs on exact integer
             products ``u . w``, its batch norm and sign folded into integer thresholds, and
             the packed model accepts uint8 pixels (or inputs normalized the same way).

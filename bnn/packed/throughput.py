@@ -8,7 +8,7 @@ times every candidate setting on the first examples of the data and keeps the fa
 :func:`measure` then times full passes over the data, the models' passes taking turns, and
 reports the median pass.
 
-A packed model (:class:`bnn.packing.PackedModel`) is called on its ``prepare`` d inputs (it
+A packed model (:class:`bnn.packed.model.PackedModel`) is called on its ``prepare`` d inputs (it
 chooses its own kernels); a Keras model runs ``model(x, training=False)`` in one
 ``tf.function``, without XLA (as Keras' own ``predict`` runs on a CPU) or with it.
 """
@@ -67,7 +67,7 @@ class Runner:
 
 
 def runner(model: Any, x: np.ndarray) -> Runner:
-    """A :class:`Runner` for a :class:`~bnn.packing.PackedModel` (``x`` checked and converted by
+    """A :class:`Runner` for a :class:`~bnn.packed.model.PackedModel` (``x`` checked and converted by
     its ``prepare``) or a ``keras.Model`` (``x`` as float32; with and without XLA).
 
     Raises:

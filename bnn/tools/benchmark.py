@@ -199,7 +199,7 @@ def run(
             times Larq this way).
         phases: also time each twin's forward pass and forward plus backward pass, in blocks of
             their own among the others, and add ``<twin>_forward_ms``, ``_backward_ms`` and
-            ``_rest_ms`` to each row (see :mod:`bnn.step_phases`).
+            ``_rest_ms`` to each row (see :mod:`bnn.tools.step_phases`).
         mixed_precision: ``"off"``, ``"bfloat16"`` or ``"float16"``: the Keras dtype policy the
             twins are built under (``training.mixed_precision``); each row records it.
 

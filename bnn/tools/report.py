@@ -1,5 +1,5 @@
 """The comparison report of a run: ``report.json`` for machines, ``report.md`` for people, with
-the figure of both twins' curves (``report.png`` and ``report.svg``, see :mod:`bnn.figures`) and,
+the figure of both twins' curves (``report.png`` and ``report.svg``, see :mod:`bnn.tools.figures`) and,
 on request, a self-contained ``report.html``."""
 
 from __future__ import annotations

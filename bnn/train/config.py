@@ -213,7 +213,7 @@ class OptimizerConfig:
 
 @dataclass(frozen=True)
 class ScheduleConfig:
-    """Learning rate at epoch ``e`` of ``E`` (see :class:`bnn.schedules.EpochSchedule`):
+    """Learning rate at epoch ``e`` of ``E`` (see :class:`bnn.train.schedules.EpochSchedule`):
     ``constant``: ``lr``; ``cosine``: ``lr (alpha + (1 - alpha)(1 + cos(pi e / E)) / 2)``;
     ``exponential``: ``lr * decay_rate ** floor(e)``, where a set ``final_learning_rate`` wins
     over ``decay_rate`` and fixes it to ``(final / lr) ** (1 / (E - 1))``. A positive
@@ -235,7 +235,7 @@ def _teacher(value: Any, source: str, key: str) -> str:
 
 @dataclass(frozen=True)
 class DistillConfig:
-    """Distillation of the binary twin from a real-valued teacher (:mod:`bnn.distill`):
+    """Distillation of the binary twin from a real-valued teacher (:mod:`bnn.train.distill`):
     ``teacher`` is ``float_twin`` (the run's own float twin, trained first) or a run directory
     or ``.keras`` file; the loss is ``(1 - weight) * hard loss + weight * temperature**2 *
     KL(teacher || student)`` on logits divided by ``temperature``."""

@@ -541,7 +541,7 @@ def make_datasets(name: str, batch_size: int, seed: int = 0, *, epochs: int = 1,
     tensors (the GPU when there is one): ``train`` then yields only ``{"epoch", "step", "index"}``
     and ``Datasets.prepare`` turns each into the same ``(images, labels)`` batch as the host
     pipeline, with tensor ops meant to run inside the compiled train step
-    (:class:`bnn.fitting.FitModel`).
+    (:class:`bnn.train.fitting.FitModel`).
     """
     _check_name(name)
     for arg, value, low in (("batch_size", batch_size, 1), ("epochs", epochs, 1),

@@ -41,13 +41,13 @@ class FitModel(keras.Model):
 
     Args:
         student: the model being trained; ``FitModel(x)`` is ``student(x)`` in training.
-        teacher: a frozen model whose logits the student learns from (see :mod:`bnn.distill`):
+        teacher: a frozen model whose logits the student learns from (see :mod:`bnn.train.distill`):
             the training loss becomes ``loss + weight * (T**2 KL(teacher || student) - hard)``,
             where ``loss`` is the compiled loss (plus any regularization) and ``hard`` the
             compiled loss alone. Validation and test losses stay the compiled loss.
         temperature, weight: ``T`` and ``weight`` above.
         prepare: a function that turns each element of the training dataset into an
-            ``(images, labels)`` batch inside the train step (:func:`bnn.data.make_datasets`
+            ``(images, labels)`` batch inside the train step (:func:`bnn.train.data.make_datasets`
             with ``on_device=True``).
         test_time_flip: outside training, the logits are the mean of the student's logits for
             each image and for its left-right mirror image.

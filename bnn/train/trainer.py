@@ -1,6 +1,6 @@
 """The trainer: one twin (binary or float) of an experiment, trained with Keras ``fit``.
 
-``train_twin`` builds the data pipelines and the model from a :class:`bnn.config.Config`, trains
+``train_twin`` builds the data pipelines and the model from a :class:`bnn.train.config.Config`, trains
 with a checkpoint after every epoch, logs to TensorBoard and returns the twin's figures.
 ``--resume`` continues from the newest complete checkpoint and, with a fixed seed and
 ``deterministic: true`` on the CPU, ends where an uninterrupted run ends: the data order depends

@@ -41,7 +41,7 @@ def larq_reference(request):
     The output is kept in pytest's cache, keyed by the script and the Larq python, so later
     sessions reuse it (``pytest --cache-clear`` rebuilds it)."""
     python = larq_python()
-    script = ROOT / "tests" / "larq_reference.py"
+    script = ROOT / "tests" / "larq" / "larq_reference.py"
     key = hashlib.sha256(script.read_bytes() + str(python).encode()).hexdigest()[:16]
     out = Path(request.config.cache.mkdir(f"larq_reference_{key}"))
     if not (out / "manifest.json").exists():

@@ -2,7 +2,6 @@ import dataclasses
 import os
 import re
 import textwrap
-from pathlib import Path
 
 import pytest
 import yaml
@@ -23,6 +22,7 @@ from bnn.train.config import (
     parse_config,
     to_dict,
 )
+from support import ROOT
 
 FULL = """\
 name: cifar_vgg
@@ -368,7 +368,7 @@ def test_bad_config_ids_are_distinct():
     assert len({b[0] for b in BAD}) == len(BAD) >= 30
 
 
-EXPERIMENTS = sorted((Path(__file__).parent.parent / "experiments").glob("*.yaml"))
+EXPERIMENTS = sorted((ROOT / "experiments").glob("*.yaml"))
 
 
 @pytest.mark.skipif(not EXPERIMENTS, reason="no experiment files")
@@ -381,7 +381,7 @@ def test_shipped_experiment_files_are_valid(path):
 
 @pytest.mark.parametrize("doc", ["experiments/README.md", "docs/config.md"])
 def test_yaml_examples_in_the_docs_are_valid(doc):
-    path = Path(__file__).parent.parent / doc
+    path = ROOT / doc
     if not path.exists():
         pytest.skip(f"{doc} not present")
     blocks = re.findall(r"```yaml\n(.*?)```", path.read_text(), flags=re.S)

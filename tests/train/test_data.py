@@ -16,8 +16,9 @@ import tensorflow as tf
 
 from bnn.train import data
 from bnn.errors import DataError
+from support import ROOT
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+SHARED = ROOT.parent / "shared" / "datasets"
 
 
 # ---------------------------------------------------------------------------------------------
