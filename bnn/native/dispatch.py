@@ -198,8 +198,8 @@ def preferred() -> bool:
     return native.variant in ("avx512", "avx2") or not is_x86()
 
 
-def ops(variant_: str | None = None) -> Ops:
-    """The ops of ``variant_`` (one of :func:`variants`; default :func:`variant`).
+def ops(name: str | None = None) -> Ops:
+    """The ops of the variant ``name`` (one of :func:`variants`; default :func:`variant`).
 
     Raises:
         RuntimeError: where the kernels are unavailable (:func:`unavailable_reason`).
@@ -208,7 +208,7 @@ def ops(variant_: str | None = None) -> Ops:
     native = _native()
     if native.library is None:
         raise RuntimeError(f"native kernels unavailable: {native.reason}")
-    chosen = variant_ or native.variant
+    chosen = name or native.variant
     if chosen not in native.variants:
         raise ValueError(f"kernel variant {chosen!r} does not run here; this CPU runs "
                          f"{', '.join(native.variants)}")
