@@ -47,6 +47,8 @@ from bnn.larq import quantizers as larq_quantizers
 
 __all__ = ["ConversionError", "convert", "convert_file", "FORMATS"]
 
+_fail = ConversionError.at  # "<where>: <problem>; <fix>"
+
 FORMATS = ("a tf-keras HDF5 file (.h5)", "a tf-keras .keras file",
            "a SavedModel directory saved by tf-keras")
 _RESAVE = ("in the Larq environment, load the model and save it again with "
@@ -98,19 +100,19 @@ def _json(data: Any, where: Any) -> dict:
         return json.loads(data.decode() if isinstance(data, bytes) else data,
                           object_hook=_tuples)
     except (ValueError, UnicodeDecodeError) as error:
-        raise ConversionError.at(where, f"the model config is not valid JSON ({error})", _RESAVE) from None
+        raise _fail(where, f"the model config is not valid JSON ({error})", _RESAVE) from None
 
 
 def _read_hdf5(path: Path) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
     with h5py.File(path, "r") as f:
         if "model_config" not in f.attrs:
-            raise ConversionError.at(path, "holds weights only (saved with save_weights), not a model",
+            raise _fail(path, "holds weights only (saved with save_weights), not a model",
                         "in the Larq environment, build the model, load these weights and save "
                         "it with model.save('model.h5')")
         version = f.attrs.get("keras_version", b"2")
         version = version.decode() if isinstance(version, bytes) else str(version)
         if version.split(".")[0] == "3":
-            raise ConversionError.at(path, f"is a Keras 3 model (Keras {version}), not one saved by Larq",
+            raise _fail(path, f"is a Keras 3 model (Keras {version}), not one saved by Larq",
                         "load it with keras.saving.load_model after import bnn")
         config = _json(f.attrs["model_config"], path)
         group = f["model_weights"] if "model_weights" in f else f
@@ -139,12 +141,12 @@ def _read_keras_zip(path: Path) -> tuple[dict, dict[str, dict[int, np.ndarray]]]
     with zipfile.ZipFile(path) as archive:
         members = set(archive.namelist())
         if not {"config.json", "model.weights.h5"} <= members:
-            raise ConversionError.at(path, "is a zip file without config.json and model.weights.h5, not a "
+            raise _fail(path, "is a zip file without config.json and model.weights.h5, not a "
                         "saved Keras model", _RESAVE)
         metadata = _json(archive.read("metadata.json"), path) if "metadata.json" in members \
             else {}
         if str(metadata.get("keras_version", "2")).split(".")[0] == "3":
-            raise ConversionError.at(path, f"is already a Keras 3 model (Keras {metadata['keras_version']})",
+            raise _fail(path, f"is already a Keras 3 model (Keras {metadata['keras_version']})",
                         "load it with keras.saving.load_model after import bnn")
         config = _json(archive.read("config.json"), path)
         weights_file = h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r")
@@ -172,7 +174,7 @@ def _check_quantizer_variables(group, entry: dict, path: Path) -> None:
         return
     for name, item in group.items():
         if name != "vars" and isinstance(item, h5py.Group) and len(item.get("vars", {})):
-            raise ConversionError.at(path, f"layer {entry['config']['name']!r}: its {name} has weights of its "
+            raise _fail(path, f"layer {entry['config']['name']!r}: its {name} has weights of its "
                         "own", "bnn converts Larq's built-in quantizers only")
 
 
@@ -209,7 +211,7 @@ def _protobuf_fields(data: bytes):
 def _read_savedmodel(path: Path) -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
     metadata_path = path / "keras_metadata.pb"
     if not metadata_path.is_file():
-        raise ConversionError.at(path, "is a SavedModel without keras_metadata.pb (not saved by tf-keras), so "
+        raise _fail(path, "is a SavedModel without keras_metadata.pb (not saved by tf-keras), so "
                     "it has no Keras model config", _RESAVE)
     # keras_metadata.pb: SavedMetadata { repeated SavedObject nodes = 1 }, each node with
     # node_path = 3 ("root", "root.layer_with_weights-0", ...) and metadata = 5 (JSON).
@@ -220,16 +222,16 @@ def _read_savedmodel(path: Path) -> tuple[dict, dict[str, dict[str, np.ndarray]]
                 values = dict(_protobuf_fields(node))
                 nodes[values.get(3, b"").decode()] = values.get(5, b"")
     except (ValueError, IndexError, UnicodeDecodeError) as error:
-        raise ConversionError.at(metadata_path, f"cannot be read ({error})", _RESAVE) from None
+        raise _fail(metadata_path, f"cannot be read ({error})", _RESAVE) from None
     if "root" not in nodes:
-        raise ConversionError.at(metadata_path, "has no root model", _RESAVE)
+        raise _fail(metadata_path, "has no root model", _RESAVE)
     config = _json(nodes["root"], metadata_path)
     import tensorflow as tf
 
     try:
         reader = tf.train.load_checkpoint(str(path / "variables" / "variables"))
     except (tf.errors.OpError, ValueError) as error:
-        raise ConversionError.at(path / "variables", f"cannot be read ({type(error).__name__})",
+        raise _fail(path / "variables", f"cannot be read ({type(error).__name__})",
                     _RESAVE) from None
     weights: dict[str, dict[str, np.ndarray]] = {}
     suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -250,11 +252,11 @@ def _read(path: Path) -> tuple[dict, dict, str]:
     """(model config, weights per layer name, format name) of a file saved by Larq."""
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
-            raise ConversionError.at(path, "is a directory but not a SavedModel (no saved_model.pb)",
+            raise _fail(path, "is a directory but not a SavedModel (no saved_model.pb)",
                         f"give {', '.join(FORMATS)}")
         return (*_read_savedmodel(path), "savedmodel")
     if not path.is_file():
-        raise ConversionError.at(path, "no such file or directory", f"give {', '.join(FORMATS)}")
+        raise _fail(path, "no such file or directory", f"give {', '.join(FORMATS)}")
     with open(path, "rb") as f:
         head = f.read(8)
     try:
@@ -263,9 +265,9 @@ def _read(path: Path) -> tuple[dict, dict, str]:
         if zipfile.is_zipfile(path):
             return (*_read_keras_zip(path), "keras")
     except (OSError, KeyError, zipfile.BadZipFile) as error:
-        raise ConversionError.at(path, f"cannot be read ({type(error).__name__}: {error})",
+        raise _fail(path, f"cannot be read ({type(error).__name__}: {error})",
                     _RESAVE) from None
-    raise ConversionError.at(path, "is not an HDF5 file, a zip file or a SavedModel directory",
+    raise _fail(path, "is not an HDF5 file, a zip file or a SavedModel directory",
                 f"give {', '.join(FORMATS)}")
 
 
@@ -277,7 +279,7 @@ def _read(path: Path) -> tuple[dict, dict, str]:
 def _layer_entries(config: dict, where: Any) -> list[dict]:
     kind = config.get("class_name")
     if kind not in ("Sequential", "Functional", "Model"):
-        raise ConversionError.at(where, f"holds a {kind} model, not a Sequential or functional one",
+        raise _fail(where, f"holds a {kind} model, not a Sequential or functional one",
                     "bnn converts Sequential and functional Keras models; rebuild subclassed "
                     "models as one of those in the Larq environment and save again")
     return list((config.get("config") or {}).get("layers") or [])
@@ -291,11 +293,11 @@ def _core_quantizer(value: Any, where: str, argument: str) -> Any:
         quantizer = larq_quantizers.get(value)
     except (ValueError, TypeError) as error:
         name = value.get("class_name") if isinstance(value, dict) else value
-        raise ConversionError.at(where, f"{argument} {name!r} is not one of Larq's quantizers ({error})",
+        raise _fail(where, f"{argument} {name!r} is not one of Larq's quantizers ({error})",
                     "bnn converts SteSign, ApproxSign, SwishSign, MagnitudeAwareSign, "
                     "SteHeaviside, SteTern, DoReFa and NoOp") from None
     if not isinstance(quantizer, bq.Quantizer):
-        raise ConversionError.at(where, f"{argument} {value!r} is not one of Larq's quantizers",
+        raise _fail(where, f"{argument} {value!r} is not one of Larq's quantizers",
                     "bnn converts Larq's built-in quantizers only")
     return bq.get({"name": quantizer.name, **quantizer.get_config()})
 
@@ -395,12 +397,12 @@ def _input_layer(entry: dict, path: Path) -> keras.layers.InputLayer:
     config = entry.get("config") or {}
     shape = config.get("batch_input_shape") or config.get("batch_shape")
     if shape is None:
-        raise ConversionError.at(path, f"input layer {config.get('name')!r} has no shape", _RESAVE)
+        raise _fail(path, f"input layer {config.get('name')!r} has no shape", _RESAVE)
     try:
         return keras.layers.InputLayer(batch_shape=tuple(shape),
                                        dtype=_dtype(config.get("dtype")), name=config.get("name"))
     except (TypeError, ValueError) as error:
-        raise ConversionError.at(path, f"input layer {config.get('name')!r} has shape {shape!r}, which Keras 3 "
+        raise _fail(path, f"input layer {config.get('name')!r} has shape {shape!r}, which Keras 3 "
                     f"does not take ({str(error).splitlines()[0][:160]})", _RESAVE) from None
 
 
@@ -415,7 +417,7 @@ def _sequential(config: dict, path: Path) -> keras.Model:
         shape = (entries[0].get("config") or {}).get("batch_input_shape")
     shape = shape or body.get("build_input_shape")
     if shape is None:
-        raise ConversionError.at(path, "the Sequential model was saved before it knew its input shape",
+        raise _fail(path, "the Sequential model was saved before it knew its input shape",
                     "in the Larq environment, build it (model.build(input_shape) or call it on "
                     "data) and save again")
     layers = [_translate(entry, path) for entry in entries]
@@ -444,7 +446,7 @@ def _functional(config: dict, path: Path) -> keras.Model:
         return keras.Model.from_config(body)
     except (TypeError, ValueError, IndexError, KeyError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ConversionError.at(path, f"Keras 3 cannot connect the functional model's layers ({message})",
+        raise _fail(path, f"Keras 3 cannot connect the functional model's layers ({message})",
                     _RESAVE) from None
 
 
@@ -477,17 +479,17 @@ def _copy_weights(model: keras.Model, weights: dict, path: Path) -> None:
             extra = sorted(set(source) - set(names))
         missing = [name for name, value in zip(names, values) if value is None]
         if missing or extra:
-            raise ConversionError.at(where, f"the file's weights do not match the layer (missing: "
+            raise _fail(where, f"the file's weights do not match the layer (missing: "
                         f"{missing or 'none'}; unexpected: {extra or 'none'})", _RESAVE)
         for variable, value, name in zip(targets, values, names):
             if tuple(value.shape) != tuple(variable.shape):
-                raise ConversionError.at(where, f"weight {name!r} has shape {tuple(value.shape)} where the "
+                raise _fail(where, f"weight {name!r} has shape {tuple(value.shape)} where the "
                             f"layer needs {tuple(variable.shape)}", _RESAVE)
             variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
     unused = sorted(set(weights) - {layer.name for layer in model.layers})
     unused = [name for name in unused if weights[name]]
     if unused:
-        raise ConversionError.at(path, f"has weights for layers the model does not have ({unused})", _RESAVE)
+        raise _fail(path, f"has weights for layers the model does not have ({unused})", _RESAVE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,7 +534,7 @@ def convert_file(source: str | Path, output: str | Path) -> dict[str, Any]:
     """
     source, output = Path(source), Path(output)
     if output.suffix != ".keras":
-        raise ConversionError.at(output, "the output must be a .keras file", "give -o NAME.keras")
+        raise _fail(output, "the output must be a .keras file", "give -o NAME.keras")
     config, weights, kind = _read(source)
     model = _build(config, weights, source)
     entries = [e for e in _layer_entries(config, source) if e.get("class_name") != "InputLayer"]
@@ -540,7 +542,7 @@ def convert_file(source: str | Path, output: str | Path) -> dict[str, Any]:
     try:
         model.save(output)
     except OSError as error:
-        raise ConversionError.at(output, f"cannot be written ({error.strerror or error})",
+        raise _fail(output, f"cannot be written ({error.strerror or error})",
                     "check the directory") from None
     return {"source": str(source), "format": kind, "output": str(output),
             "params": int(model.count_params()),

@@ -19,12 +19,14 @@ from bnn.packed.stages import model_stages
 
 __all__ = ["ExportError", "export_model", "load_packed", "load_any", "predict", "evaluate"]
 
+_fail = ExportError.at  # "<where>: <problem>; <fix>"
+
 
 def _load_keras(path: Path) -> keras.Model:
     try:
         return keras.saving.load_model(str(path), compile=False)
     except Exception as error:  # Keras raises many types for bad files
-        raise ExportError.at(path, f"cannot load the Keras model ({type(error).__name__}: "
+        raise _fail(path, f"cannot load the Keras model ({type(error).__name__}: "
                     f"{str(error).splitlines()[0] if str(error) else ''})",
                     "give a .keras file saved by bnn") from None
 
@@ -38,10 +40,10 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
             a ``keras.Model``.
         output: the ``.bnn`` file to write.
         input_encoding: ``(scale, offset)`` when the model's inputs are ``x = scale * u +
-            offset`` for uint8 pixels ``u`` (MNIST in :mod:`bnn.train.data`: ``(1 / 127.5, -1.0)``). The
-            first layer (a ``BinaryDense`` with real inputs) then runs on exact integer
-            products ``u . w``, its batch norm and sign folded into integer thresholds, and
-            the packed model accepts uint8 pixels (or inputs normalized the same way).
+            offset`` for uint8 pixels ``u`` (MNIST in :mod:`bnn.train.data`: ``(1 / 127.5,
+            -1.0)``). The first layer (a ``BinaryDense`` with real inputs) then runs on exact
+            integer products ``u . w``, its batch norm and sign folded into integer thresholds,
+            and the packed model accepts uint8 pixels (or inputs normalized the same way).
 
     Returns:
         A summary: ``output``, ``bytes`` (file size), ``float32_bytes`` (4 bytes per parameter
@@ -59,7 +61,7 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
         if path.is_dir():
             path = path / "binary" / "model.keras"
         if not path.is_file():
-            raise ExportError.at(path, "no such file", "give a .keras file or a run directory")
+            raise _fail(path, "no such file", "give a .keras file or a run directory")
         model, where = _load_keras(path), str(path)
     input_shape, stages, arrays, encoding = model_stages(model, where, input_encoding)
     manifest = {"format": "bnn-packed", "model": model.name, "input_shape": list(input_shape),
@@ -69,7 +71,7 @@ def export_model(source: str | Path | keras.Model, output: str | Path,
     try:
         atomic_write(output, data)
     except OSError as error:
-        raise ExportError.at(output, f"cannot write ({error.strerror})", "check the directory") from None
+        raise _fail(output, f"cannot write ({error.strerror})", "check the directory") from None
     float_bytes = 4 * int(model.count_params())
     first = stages[0] if stages else {}
     return {"output": str(output), "bytes": len(data), "float32_bytes": float_bytes,
@@ -96,14 +98,14 @@ def load_packed(path: str | Path, native: bool | None = None) -> PackedModel:
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise ExportError.at(path, f"cannot read ({error.strerror})", "check the path") from None
+        raise _fail(path, f"cannot read ({error.strerror})", "check the path") from None
     manifest, arrays = deserialize(data, str(path))
     dispatch.setting()  # an unreadable BNN_NATIVE_KERNELS is a SettingError here
     try:
         return PackedModel(manifest["stages"], arrays, manifest["input_shape"],
                            manifest.get("input_encoding"), native=native)
     except (ValueError, KeyError, TypeError) as error:
-        raise ExportError.at(path, f"inconsistent stages ({error})", "re-export the model") from None
+        raise _fail(path, f"inconsistent stages ({error})", "re-export the model") from None
 
 
 def load_any(path: str | Path):
@@ -114,9 +116,9 @@ def load_any(path: str | Path):
         return load_packed(path)
     if path.suffix == ".keras":
         if not path.is_file():
-            raise ExportError.at(path, "no such file", "check the path")
+            raise _fail(path, "no such file", "check the path")
         return _load_keras(path)
-    raise ExportError.at(path, f"unknown model file type {path.suffix!r}", "give a .bnn or .keras file")
+    raise _fail(path, f"unknown model file type {path.suffix!r}", "give a .bnn or .keras file")
 
 
 def predict(path: str | Path, x: np.ndarray, batch_size: int | None = None,
@@ -124,8 +126,8 @@ def predict(path: str | Path, x: np.ndarray, batch_size: int | None = None,
             rounds: int | None = None) -> dict[str, Any]:
     """Logits of the model file ``path`` for ``x``, timed in its fastest setting.
 
-    The setting (batch size and batches in flight, :mod:`bnn.packed.throughput`) is calibrated on the
-    first examples unless both ``batch_size`` and ``workers`` are given. With ``compare`` (a
+    The setting (batch size and batches in flight, :mod:`bnn.packed.throughput`) is calibrated
+    on the first examples unless both ``batch_size`` and ``workers`` are given. With ``compare`` (a
     ``.keras`` or ``.bnn`` file), that model is calibrated the same way on the same ``x`` and
     the two models' full passes take turns, ``rounds`` each (default 3; 1 without
     ``compare``).
@@ -150,12 +152,12 @@ def predict(path: str | Path, x: np.ndarray, batch_size: int | None = None,
         expected = tuple(model.input_shape if isinstance(model, PackedModel)
                          else model.inputs[0].shape[1:])
         if tuple(x.shape[1:]) != expected:
-            raise ExportError.at(where, f"takes inputs of shape {expected} per example, the data has "
+            raise _fail(where, f"takes inputs of shape {expected} per example, the data has "
                         f"{tuple(x.shape[1:])}", "give a model of this dataset")
         try:
             runners[key] = throughput.runner(model, x)
         except ValueError as error:
-            raise ExportError.at(where, str(error), "check the dataset and its normalization") from None
+            raise _fail(where, str(error), "check the dataset and its normalization") from None
     settings = throughput.calibrate(runners, batch_size, workers)
     rounds = rounds or (3 if compare is not None else 1)
     timed = throughput.measure(runners, settings, rounds)

@@ -26,6 +26,8 @@ from bnn.errors import ExportError
 
 __all__ = ["FORMAT_VERSION", "READABLE_VERSIONS", "MAGIC", "serialize", "deserialize"]
 
+_fail = ExportError.at  # "<where>: <problem>; <fix>"
+
 FORMAT_VERSION = 3
 #: Versions this bnn reads: version 1 files are version 2 files without an input encoding, and
 #: version 2 files are version 3 files without a real-valued first layer.
@@ -61,19 +63,19 @@ def deserialize(data: bytes, where: str) -> tuple[dict[str, Any], list[dict[str,
         ExportError: for a truncated, altered, foreign or unreadable file, naming ``where``.
     """
     if len(data) < _HEADER.size + _DIGEST:
-        raise ExportError.at(where, f"file is only {len(data)} bytes (truncated)", "re-export the model")
+        raise _fail(where, f"file is only {len(data)} bytes (truncated)", "re-export the model")
     magic, version, length = _HEADER.unpack_from(data)
     if magic != MAGIC:
-        raise ExportError.at(where, "not a bnn packed model (bad magic bytes)",
+        raise _fail(where, "not a bnn packed model (bad magic bytes)",
                     "give a file written by bnn export")
     if version not in READABLE_VERSIONS:
         newer = version > FORMAT_VERSION
-        raise ExportError.at(where, f"format version {version}, this bnn reads versions "
+        raise _fail(where, f"format version {version}, this bnn reads versions "
                     f"{', '.join(map(str, READABLE_VERSIONS))}",
                     "upgrade bnn to read it" if newer else
                     "re-export the model with this version of bnn")
     if hashlib.sha256(data[:-_DIGEST]).digest() != data[-_DIGEST:]:
-        raise ExportError.at(where, "checksum mismatch (the file is truncated or corrupted)",
+        raise _fail(where, "checksum mismatch (the file is truncated or corrupted)",
                     "re-export or re-copy the model")
     start = _HEADER.size + length
     try:
@@ -94,5 +96,5 @@ def deserialize(data: bytes, where: str) -> tuple[dict[str, Any], list[dict[str,
             array = np.frombuffer(blobs, dtype, count, entry["offset"]).reshape(entry["shape"])
             arrays[entry["stage"]][entry["name"]] = array.astype(dtype.newbyteorder("="))
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as error:
-        raise ExportError.at(where, f"malformed manifest ({error})", "re-export the model") from None
+        raise _fail(where, f"malformed manifest ({error})", "re-export the model") from None
     return manifest, arrays

@@ -18,8 +18,8 @@ __all__ = ["Stage", "table_kernel"]
 
 def table_kernel(w_words: np.ndarray, n: int) -> np.ndarray:
     """The ±1 kernel of packed words ``w_words`` ``(ceil(n / 64), units)`` in the layout of
-    :meth:`bnn.native.ops.Ops.pixel_table_sign`: uint8 ``(blocks, groups, 32)``, ``groups = ceil(n / 4)``,
-    ``blocks = 2 * ceil(units / 64)``; byte ``[u // 32, g, u % 32]`` holds bits ``4 g`` to
+    :meth:`bnn.native.ops.Ops.pixel_table_sign`: uint8 ``(blocks, groups, 32)``, ``groups =
+    ceil(n / 4)``, ``blocks = 2 * ceil(units / 64)``; byte ``[u // 32, g, u % 32]`` holds bits ``4 g`` to
     ``4 g + 3`` of unit ``u``'s weights (1 for +1; bits past ``n`` and pad units 0)."""
     units = np.shape(w_words)[1]
     groups, blocks = -(-n // 4), 2 * -(-units // 64)

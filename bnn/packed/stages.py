@@ -27,6 +27,8 @@ from bnn.packed.fold import norm_arrays, pixel_thresholds, sign_thresholds
 
 __all__ = ["SUPPORTED", "model_stages"]
 
+_fail = ExportError.at  # "<where>: <problem>; <fix>"
+
 SUPPORTED = ("BinaryDense, BinaryConv2D (precision='binary', kernel_quantizer='ste_sign', "
               "input_quantizer='ste_sign'; on the first layer input_quantizer=None, and "
               "kernel_quantizer=None too for a real-valued first layer), MaxPooling2D, "
@@ -37,29 +39,29 @@ def _check_binary_layer(layer, first: bool, where: str) -> bool:
     """Validates a binary layer; returns True when its inputs are binarized (ste_sign)."""
     name = f"{where}: layer {layer.name!r}"
     if layer.precision != "binary":
-        raise ExportError.at(name, "has precision='float' (a float twin)",
+        raise _fail(name, "has precision='float' (a float twin)",
                     "export the binary model (RUN_DIR/binary/model.keras)")
     binarized = isinstance(layer.input_quantizer, quantizers.SteSign)
     if layer.kernel_quantizer is None and first and not binarized:
         pass  # a real-valued first layer: its float32 kernel is stored as is
     elif not isinstance(layer.kernel_quantizer, quantizers.SteSign):
-        raise ExportError.at(name, f"kernel_quantizer {layer.kernel_quantizer!r} is not supported",
+        raise _fail(name, f"kernel_quantizer {layer.kernel_quantizer!r} is not supported",
                     f"supported: {SUPPORTED}")
     if layer.scale_kernel:
-        raise ExportError.at(name, "uses scale_kernel=True", "export supports unscaled ±1 kernels only")
+        raise _fail(name, "uses scale_kernel=True", "export supports unscaled ±1 kernels only")
     if layer.get_config().get("activation") not in (None, "linear"):
-        raise ExportError.at(name, f"has activation {layer.get_config()['activation']!r}",
+        raise _fail(name, f"has activation {layer.get_config()['activation']!r}",
                     "binary layers must be linear (batch norm and sign follow)")
     if not binarized and not (first and layer.input_quantizer is None):
-        raise ExportError.at(name, f"input_quantizer {layer.input_quantizer!r} is not supported here",
+        raise _fail(name, f"input_quantizer {layer.input_quantizer!r} is not supported here",
                     f"supported: {SUPPORTED}")
     if isinstance(layer, BinaryConv2D):
         if layer.data_format != "channels_last" or tuple(layer.dilation_rate) != (1, 1) \
                 or layer.groups != 1:
-            raise ExportError.at(name, "uses channels_first, dilation or groups",
+            raise _fail(name, "uses channels_first, dilation or groups",
                         "export supports channels_last, dilation 1, groups 1")
         if layer.padding == "same" and layer.pad_values not in (1.0, 0.0, -1.0):
-            raise ExportError.at(name, f"pads with {layer.pad_values}",
+            raise _fail(name, f"pads with {layer.pad_values}",
                         "export supports pad_values 1.0, 0.0 (Keras zeros) or -1.0")
     return binarized
 
@@ -69,16 +71,16 @@ def _check_encoding(encoding, layer, binarized: bool, where: str) -> dict[str, f
     try:
         scale, offset = (float(v) for v in encoding)
     except (TypeError, ValueError):
-        raise ExportError.at(name, f"{encoding!r} is not a (scale, offset) pair",
+        raise _fail(name, f"{encoding!r} is not a (scale, offset) pair",
                     "give e.g. (1 / 127.5, -1.0) for inputs u / 127.5 - 1") from None
     if not (np.isfinite(scale) and np.isfinite(offset) and scale > 0):
-        raise ExportError.at(name, f"scale {scale} must be positive and finite, offset {offset} finite",
+        raise _fail(name, f"scale {scale} must be positive and finite, offset {offset} finite",
                     "give the constants of x = scale * u + offset")
     if not isinstance(layer, BinaryDense) or binarized:
-        raise ExportError.at(name, f"first layer {layer.name!r} is not a BinaryDense with real inputs",
+        raise _fail(name, f"first layer {layer.name!r} is not a BinaryDense with real inputs",
                     "export without input_encoding")
     if 255 * int(layer.kernel.shape[0]) >= 2**24:
-        raise ExportError.at(name, f"first layer {layer.name!r} has {layer.kernel.shape[0]} inputs, too "
+        raise _fail(name, f"first layer {layer.name!r} has {layer.kernel.shape[0]} inputs, too "
                     "many for exact float32 sums of pixels", "export without input_encoding")
     return {"scale": scale, "offset": offset}
 
@@ -88,7 +90,7 @@ def _sign_thresholds(bn, bias, fan_in: int, where: str) -> dict[str, np.ndarray]
     try:
         return sign_thresholds(bn, bias, fan_in)
     except ValueError as error:
-        raise ExportError.at(f"{where}: layer {bn.name!r}", str(error),
+        raise _fail(f"{where}: layer {bn.name!r}", str(error),
                              "check its parameters") from None
 
 
@@ -102,7 +104,7 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
         ExportError: naming the layer a model has that export does not support.
     """
     if not isinstance(model, keras.Sequential):
-        raise ExportError.at(where, f"model {model.name!r} is not a keras.Sequential chain",
+        raise _fail(where, f"model {model.name!r} is not a keras.Sequential chain",
                     f"export supports Sequential models built from {SUPPORTED}")
     layers = [layer for layer in model.layers
               if not isinstance(layer, (keras.layers.InputLayer, keras.layers.Dropout))]
@@ -118,7 +120,7 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
             flat, i = True, i + 1
             continue
         if not isinstance(layer, (BinaryDense, BinaryConv2D)):
-            raise ExportError.at(f"{where}: layer {layer.name!r}",
+            raise _fail(f"{where}: layer {layer.name!r}",
                         f"{type(layer).__name__} is not supported", f"supported: {SUPPORTED}")
         binarized = _check_binary_layer(layer, not stages, where)
         real_kernel = layer.kernel_quantizer is None
@@ -132,7 +134,7 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
         encoding = None
         if input_encoding is not None and not stages:
             if real_kernel:
-                raise ExportError.at(f"{where}: input_encoding", f"first layer {layer.name!r} has a "
+                raise _fail(f"{where}: input_encoding", f"first layer {layer.name!r} has a "
                             "real-valued kernel, so its products are not integers",
                             "export without input_encoding")
             encoding = model_encoding = _check_encoding(input_encoding, layer, binarized, where)
@@ -142,7 +144,7 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
             spec["binarize_input"] = True
         if isinstance(layer, BinaryDense):
             if not flat:
-                raise ExportError.at(f"{where}: layer {layer.name!r}", f"sees unflattened input {shape}",
+                raise _fail(f"{where}: layer {layer.name!r}", f"sees unflattened input {shape}",
                             "put a Flatten layer before it")
             spec["op"] = "dense"
             fan_in = int(np.prod(shape))
@@ -154,7 +156,7 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
                 kernel = pack_bits(kernel, axis=0)
         else:
             if flat:
-                raise ExportError.at(f"{where}: layer {layer.name!r}", "sees flattened input",
+                raise _fail(f"{where}: layer {layer.name!r}", "sees flattened input",
                             "convolutions must come before Flatten")
             spec.update(op="conv2d", kernel_size=list(layer.kernel_size),
                         strides=list(layer.strides), padding=layer.padding,
@@ -177,24 +179,24 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
             pool = layers[i]
             if tuple(pool.pool_size) != tuple(pool.strides) or pool.padding != "valid" \
                     or pool.data_format != "channels_last":
-                raise ExportError.at(f"{where}: layer {pool.name!r}", "is not a non-overlapping 'valid' "
+                raise _fail(f"{where}: layer {pool.name!r}", "is not a non-overlapping 'valid' "
                             "channels_last pooling", "use MaxPooling2D(k) with strides = k")
             spec["pool"] = list(pool.pool_size)
             out_shape = (out_shape[0] // pool.pool_size[0], out_shape[1] // pool.pool_size[1],
                          out_shape[2])
             i += 1
         if i >= len(layers) or not isinstance(layers[i], keras.layers.BatchNormalization):
-            raise ExportError.at(f"{where}: layer {layer.name!r}", "is not followed by BatchNormalization",
+            raise _fail(f"{where}: layer {layer.name!r}", "is not followed by BatchNormalization",
                         "export supports Binary layer -> [MaxPooling2D] -> BatchNormalization")
         bn = layers[i]
         if bn.axis not in (-1, len(out_shape)):
-            raise ExportError.at(f"{where}: layer {bn.name!r}", f"normalizes axis {bn.axis}",
+            raise _fail(f"{where}: layer {bn.name!r}", f"normalizes axis {bn.axis}",
                         "export supports batch norm over the last (channel) axis")
         i += 1
         spec["output"] = "logits" if i == len(layers) else "bits"
         if encoding is not None:
             if spec["output"] == "logits":
-                raise ExportError.at(f"{where}: input_encoding", "the model has a single binary layer",
+                raise _fail(f"{where}: input_encoding", "the model has a single binary layer",
                             "export without input_encoding")
             stage_arrays.update(pixel_thresholds(bn, bias, signs, encoding))
         elif spec["output"] == "bits" and packed:
@@ -206,5 +208,5 @@ def model_stages(model: keras.Model, where: str, input_encoding=None):
         arrays.append(stage_arrays)
         shape, packed = out_shape, True
     if not stages:
-        raise ExportError.at(where, "the model has no binary layers", f"supported: {SUPPORTED}")
+        raise _fail(where, "the model has no binary layers", f"supported: {SUPPORTED}")
     return input_shape, stages, arrays, model_encoding

@@ -67,8 +67,8 @@ class Runner:
 
 
 def runner(model: Any, x: np.ndarray) -> Runner:
-    """A :class:`Runner` for a :class:`~bnn.packed.model.PackedModel` (``x`` checked and converted by
-    its ``prepare``) or a ``keras.Model`` (``x`` as float32; with and without XLA).
+    """A :class:`Runner` for a :class:`~bnn.packed.model.PackedModel` (``x`` checked and
+    converted by its ``prepare``) or a ``keras.Model`` (``x`` as float32; with and without XLA).
 
     Raises:
         ValueError: for inputs the packed model does not accept (see ``PackedModel.prepare``).

@@ -1,5 +1,6 @@
-"""bnn.ops.bitpack and bnn.ops.xnor: packing in TensorFlow, and the exact xor-popcount products binary layers train
-with (forward equal to the float product, gradients equal to the float product's)."""
+"""bnn.ops.bitpack and bnn.ops.xnor: packing in TensorFlow, and the exact xor-popcount products
+binary layers train with (forward equal to the float product, gradients equal to the float
+product's)."""
 
 import re
 
