@@ -1,6 +1,23 @@
-"""``Adam``: Keras' Adam with each dense update in one fused kernel."""
+"""Adam for binary networks: the latent kernels of bnn's layers updated and clipped in one pass
+under Keras' own Adam, and :class:`Adam`, Keras' Adam with every dense update in one fused
+kernel.
+
+A binary layer's latent kernel carries a :class:`bnn.layers.WeightClip` constraint. Keras' Adam
+updates a variable with a dozen elementwise ops, each its own pass over memory when the train
+step is not compiled by XLA (the default on CPUs), then clips it in one more pass. For those
+kernels bnn's native Adam update (:meth:`bnn.native.ops.Ops.adam_update`) does both in one pass,
+with the same float32 results as TensorFlow's ``ResourceApplyAdam`` followed by the clip, equal
+to Keras' update up to float rounding. Importing bnn's layers makes ``keras.optimizers.Adam``
+(``"adam"`` in ``model.compile``, and its subclasses) take that update for the variables a
+``WeightClip`` constrains, where the native kernels run (:func:`bnn.native.dispatch.preferred`;
+``BNN_NATIVE_KERNELS=0`` turns it off) and XLA does not compile the step; every other variable
+keeps Keras' update. docs/speed.md, "Adam in one kernel", has the measurements.
+"""
 
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator
 
 import keras
 import tensorflow as tf
@@ -35,6 +52,88 @@ def _handle(variable):
     return variable.value.handle if isinstance(variable, keras.Variable) else variable.handle
 
 
+def _fusable(optimizer: keras.optimizers.Adam, gradient, variable) -> bool:
+    """A dense update on the TensorFlow backend without ``amsgrad``, of a float variable."""
+    return (keras.backend.backend() == "tensorflow" and not optimizer.amsgrad
+            and not isinstance(gradient, tf.IndexedSlices)
+            and keras.backend.standardize_dtype(variable.dtype) in _FUSED_DTYPES)
+
+
+def _clip_in_update(optimizer: keras.optimizers.Adam, gradient, variable) -> bool:
+    """Whether ``variable``'s ``WeightClip`` can run inside its update, on the native one-pass
+    update: a dense float32 (or bfloat16) gradient of a float32 variable, in a step that XLA
+    does not compile (XLA fuses the clip itself), where the native kernels run."""
+    return (type(variable.constraint) is WeightClip and gradient is not None
+            and _fusable(optimizer, gradient, variable) and not in_xla_context()
+            and keras.backend.standardize_dtype(variable.dtype) == "float32"
+            and gradient.dtype in (tf.float32, tf.bfloat16) and dispatch.preferred())
+
+
+@contextlib.contextmanager
+def _clips_set_aside(optimizer: keras.optimizers.Adam, grads, trainable_variables
+                     ) -> Iterator[None]:
+    """While Keras' ``apply`` runs: the ``WeightClip`` of each variable that can be clipped in
+    its update (:func:`_clip_in_update`) set aside (Keras would clip it in a second pass) and
+    recorded for :func:`_native_update`, then restored."""
+    variables = (getattr(optimizer, "_trainable_variables", []) if trainable_variables is None
+                 else list(trainable_variables))
+    set_aside = [variable for gradient, variable in zip(grads, variables)
+                 if _clip_in_update(optimizer, gradient, variable)]
+    constraints = [variable.constraint for variable in set_aside]
+    optimizer._bnn_clips = {optimizer._var_key(variable): constraint.clip_value
+                            for variable, constraint in zip(set_aside, constraints)}
+    try:
+        for variable in set_aside:
+            variable.constraint = None
+        yield
+    finally:
+        for variable, constraint in zip(set_aside, constraints):
+            variable.constraint = constraint
+        optimizer._bnn_clips = {}
+
+
+def _native_update(optimizer: keras.optimizers.Adam, gradient, variable, learning_rate) -> bool:
+    """The update of a variable recorded by :func:`_clips_set_aside`, with its clip, in one
+    native pass; False (nothing done) for any other variable."""
+    clip = getattr(optimizer, "_bnn_clips", {}).get(optimizer._var_key(variable))
+    if clip is None:
+        return False
+    dtype = variable.dtype
+    step = ops.cast(optimizer.iterations + 1, dtype)
+    index = optimizer._get_variable_index(variable)
+    beta1, beta2 = ops.cast(optimizer.beta_1, dtype), ops.cast(optimizer.beta_2, dtype)
+    alpha = (ops.cast(learning_rate, dtype) * ops.sqrt(1 - ops.power(beta2, step))
+             / (1 - ops.power(beta1, step)))
+    dispatch.ops().adam_update(
+        _handle(variable), _handle(optimizer._momentums[index]),
+        _handle(optimizer._velocities[index]), _widened_from(gradient), alpha,
+        optimizer.beta_1, optimizer.beta_2, optimizer.epsilon, clip)
+    return True
+
+
+def _updates_latent_kernels_in_one_pass(adam: type) -> None:
+    """Makes ``adam`` (Keras' Adam class) update the variables its ``WeightClip`` constrains in
+    one native pass (the module docstring); every other update stays Keras'."""
+    if getattr(adam, "_bnn_one_pass", False):
+        return
+    keras_apply, keras_update_step = adam.apply, adam.update_step
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        with _clips_set_aside(self, grads, trainable_variables):
+            return keras_apply(self, grads, trainable_variables)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not _native_update(self, gradient, variable, learning_rate):
+            keras_update_step(self, gradient, variable, learning_rate)
+
+    apply.__doc__, update_step.__doc__ = keras_apply.__doc__, keras_update_step.__doc__
+    adam.apply, adam.update_step, adam._bnn_one_pass = apply, update_step, True
+
+
+_updates_latent_kernels_in_one_pass(keras.optimizers.Adam)
+
+
 @keras.saving.register_keras_serializable(package="bnn")
 class Adam(keras.optimizers.Adam):
     """``keras.optimizers.Adam`` with each dense update in one fused TensorFlow kernel.
@@ -46,74 +145,22 @@ class Adam(keras.optimizers.Adam):
     over memory when the train step is not XLA-compiled. The kernel evaluates the same
     expressions in another order, so results equal Keras' Adam's to float rounding. Under XLA it
     compiles to the same fused loop as Keras' update. Anything else (sparse gradients,
-    ``amsgrad``, other backends) takes Keras' update.
-
-    A float32 variable whose constraint is a :class:`bnn.layers.WeightClip` (the latent
-    kernels of binary layers) is updated and clipped in one pass, by the native kernels' Adam
-    update (:meth:`bnn.native.ops.Ops.adam_update`, the same float32 results as
-    ``ResourceApplyAdam`` followed by the clip), where they run
-    (:func:`bnn.native.dispatch.preferred`) and XLA does not compile the step; Keras would clip
-    it in a second pass over the weights after the update (docs/speed.md, "Adam in one
-    kernel"). A float32 gradient that is the cast
-    of a bfloat16 one (a binary layer's kernel gradient under a bfloat16 policy) reaches that
-    update as the bfloat16 tensor, which it widens as it reads, and the cast is left out.
+    ``amsgrad``, other backends) takes Keras' update. The latent kernels of bnn's layers are
+    updated and clipped in one pass, as under Keras' Adam (the module docstring).
 
     Example::
 
         model.compile(optimizer=bnn.optimizers.Adam(1e-3), loss="mse")
     """
 
-    def _fused(self, gradient, variable) -> bool:
-        return (keras.backend.backend() == "tensorflow" and not self.amsgrad
-                and not isinstance(gradient, tf.IndexedSlices)
-                and keras.backend.standardize_dtype(variable.dtype) in _FUSED_DTYPES)
-
-    def _clip_in_update(self, gradient, variable) -> bool:
-        """Whether ``variable``'s ``WeightClip`` can run inside its update, on the native one-pass
-        update: a dense float32 (or bfloat16) gradient of a float32 variable, in a step that XLA
-        does not compile (XLA fuses the clip itself), where the native kernels run."""
-        return (type(variable.constraint) is WeightClip and gradient is not None
-                and self._fused(gradient, variable) and not in_xla_context()
-                and keras.backend.standardize_dtype(variable.dtype) == "float32"
-                and gradient.dtype in (tf.float32, tf.bfloat16) and dispatch.preferred())
-
-    def apply(self, grads, trainable_variables=None):
-        """Keras' ``apply``, where each variable whose ``WeightClip`` can run inside its update
-        (:meth:`_clip_in_update`) is updated and clipped in one pass: its constraint is set
-        aside while Keras' update runs (Keras would clip it in a second pass), then restored."""
-        variables = (getattr(self, "_trainable_variables", []) if trainable_variables is None
-                     else list(trainable_variables))
-        grads = list(grads)
-        set_aside = [variable for gradient, variable in zip(grads, variables)
-                     if self._clip_in_update(gradient, variable)]
-        constraints = [variable.constraint for variable in set_aside]
-        self._clips = {self._var_key(variable): constraint.clip_value
-                       for variable, constraint in zip(set_aside, constraints)}
-        try:
-            for variable in set_aside:
-                variable.constraint = None
-            return super().apply(grads, trainable_variables)
-        finally:
-            for variable, constraint in zip(set_aside, constraints):
-                variable.constraint = constraint
-            self._clips = {}
-
     def update_step(self, gradient, variable, learning_rate):
-        if not self._fused(gradient, variable):
+        clipped = self._var_key(variable) in getattr(self, "_bnn_clips", {})
+        if clipped or not _fusable(self, gradient, variable):  # Keras' Adam, as bnn makes it
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         step = ops.cast(self.iterations + 1, dtype)
         index = self._get_variable_index(variable)
         scalar = lambda value: ops.cast(value, dtype)  # noqa: E731
-        clip = getattr(self, "_clips", {}).get(self._var_key(variable))
-        if clip is not None:
-            alpha = (scalar(learning_rate) * ops.sqrt(1 - ops.power(scalar(self.beta_2), step))
-                     / (1 - ops.power(scalar(self.beta_1), step)))
-            dispatch.ops().adam_update(
-                _handle(variable), _handle(self._momentums[index]),
-                _handle(self._velocities[index]), _widened_from(gradient), alpha, self.beta_1,
-                self.beta_2, self.epsilon, clip)
-            return
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(self._momentums[index]),
             v=_handle(self._velocities[index]),

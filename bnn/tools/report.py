@@ -17,6 +17,7 @@ __all__ = ["build_report", "write_report", "to_markdown", "to_html"]
 _ROWS = [("test accuracy (final)", "test_accuracy", "pct"),
          ("test accuracy (best epoch)", "best_test_accuracy", "pct"),
          ("median train step (ms)", "median_step_ms", "ms"),
+         ("train step compiled by XLA", "xla", "yes"),
          ("examples / s", "examples_per_second", "rate"),
          ("parameters", "params", "int"),
          ("epochs", "epochs", "int"),
@@ -48,8 +49,16 @@ _TWINS = figures.TWINS
 def _fmt(value: Any, kind: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
+    if kind == "yes":
+        return "yes" if value else "no"
     return {"pct": f"{100 * value:.2f}%", "ms": f"{value:.1f}", "int": f"{int(value):,}",
             "s": f"{value:.0f}", "rate": f"{value:,.0f}"}[kind]
+
+
+def _xla_reasons(report: dict) -> list[str]:
+    """Why each twin's train step was (not) compiled by XLA, one line each."""
+    return [f"{p}: {'XLA' if report[p].get('xla') else 'no XLA'} "
+            f"({report[p]['xla_reason']})" for p in _twins(report) if report[p].get("xla_reason")]
 
 
 def _twins(report: dict) -> list[str]:
@@ -78,6 +87,8 @@ def to_markdown(report: dict, figure: str | None = None) -> str:
                      + " |")
     if report.get("step_time_ratio") is not None:
         lines += ["", f"Binary / float median train step: **{report['step_time_ratio']:.2f}**"]
+    if _xla_reasons(report):
+        lines += ["", "XLA: " + "; ".join(_xla_reasons(report))]
     if len(twins) > 1:
         total = sum(report[p].get("wall_seconds", 0.0) for p in twins)
         lines += ["", f"Wall time of all twins together: {_fmt(total, 's')} s"]
@@ -99,6 +110,8 @@ def to_html(report: dict, svg: str | None) -> str:
     ratio = report.get("step_time_ratio")
     ratio_line = (f"<p>Binary / float median train step: <b>{ratio:.2f}</b></p>"
                   if ratio is not None else "")
+    if _xla_reasons(report):
+        ratio_line += f"<p>XLA: {html.escape('; '.join(_xla_reasons(report)))}</p>"
     figure = svg[svg.index("<svg"):] if svg else (
         f"<p>(For a figure of the curves: <code>{figures.INSTALL_HINT}</code>.)</p>"
         if _has_curves(report) else "")

@@ -131,6 +131,14 @@ def _one_of(choices: Sequence[str], what: str) -> Rule:
     return rule
 
 
+def _xla(value: Any, source: str, key: str) -> bool | str:
+    if value is True or value is False or value == "auto":
+        return value
+    raise ConfigError(source, key, f"expected true, false or auto, got {_show(value)}",
+                      "write auto (each twin takes whichever is faster on this machine), true "
+                      "or false")
+
+
 def _mixed_precision(value: Any, source: str, key: str) -> str:
     # YAML 1.1 reads an unquoted `off` or `no` as false.
     return _one_of(MIXED_PRECISIONS, "mixed precision")("off" if value is False else value,
@@ -261,7 +269,7 @@ class TrainingConfig:
     loss: str = _f("crossentropy", _one_of(LOSSES, "loss"))
     label_smoothing: float = _f(0.0, _as_float(0.0, 1.0, high_open=True))
     device: str = _f("auto", _one_of(DEVICES, "device"))
-    xla: bool = _f(True, _as_bool)
+    xla: bool | str = _f("auto", _xla)
     mixed_precision: str = _f("off", _mixed_precision)
     distribute: str = _f("none", _one_of(DISTRIBUTES, "distribution strategy"))
     checkpoints_keep: int = _f(3, _as_int(1))

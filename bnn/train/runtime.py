@@ -138,7 +138,7 @@ def worker_run_dir(config: Config, run_dir: Path) -> Iterator[Path]:
         return
     cluster, task, index = _tf_config()
     t = config.training
-    if t.xla and (t.device == "cpu" or not dispatch.has_gpu()):
+    if t.xla is True and (t.device == "cpu" or not dispatch.has_gpu()):
         raise TrainingError("training.xla is true, but TensorFlow cannot compile multi_worker "
                             "collectives with XLA on CPUs; set training.xla=false")
     configure_runtime(config)

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from bnn import models, optimizers, progress
 from bnn.errors import Interrupted, RunDirError, TrainingError
+from bnn.native import dispatch
 from bnn.train import callbacks as cb
 from bnn.train import data as data_lib
 from bnn.train import distill as distill_lib
@@ -48,6 +49,8 @@ class TwinResult:
     params: int
     epochs: int
     wall_seconds: float
+    xla: bool = False
+    xla_reason: str = ""
     history: list[dict] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -79,8 +82,10 @@ def _optimizer(config: Config, model: keras.Model, learning_rate) -> keras.optim
     return optimizers.make_optimizer(o.name, model, learning_rate, **options)
 
 
-def build_model(config: Config, precision: str, info: data_lib.Datasets) -> keras.Model:
-    """The configured architecture in ``precision``, compiled with loss, optimizer, accuracy."""
+def build_model(config: Config, precision: str, info: data_lib.Datasets,
+                xla: bool = False) -> keras.Model:
+    """The configured architecture in ``precision``, compiled with loss, optimizer, accuracy,
+    and the train step compiled by XLA where ``xla``."""
     options = {"input_shape": info.input_shape, "num_classes": info.num_classes,
                "synchronized_bn": config.training.distribute != "none", **config.model.options}
     model = models.build(config.model.name, precision, **options)
@@ -88,7 +93,7 @@ def build_model(config: Config, precision: str, info: data_lib.Datasets) -> kera
     optimizer = _optimizer(config, model, _learning_rate(config, info.steps_per_epoch))
     model.compile(optimizer=optimizer, loss=loss,
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-                  jit_compile=config.training.xla)
+                  jit_compile=xla)
     return model
 
 
@@ -142,6 +147,7 @@ class _Twin:
         self.signals = cb.SignalStop()
         self.strategy = make_strategy(config)
         self.chief = is_chief(self.strategy)
+        self.xla, self.xla_reason = False, ""  # the train step's compiler, and why
         self.model: keras.Model | None = None  # the student: what checkpoints hold
         self.fit_model: keras.Model | None = None  # what fit runs: the student or a FitModel
         self.skipped = 0  # batches of the current epoch done before a mid-epoch resume
@@ -161,7 +167,7 @@ class _Twin:
     def state(self) -> dict:
         return {"history": self.history, "step_medians": self.step_medians + self.timer.epoch_medians,
                 "wall_seconds": self.wall_before + time.perf_counter() - self.started,
-                "precision": self.precision}
+                "precision": self.precision, "xla": self.xla, "xla_reason": self.xla_reason}
 
     def save_checkpoint(self, epoch: int) -> None:
         if self.chief:
@@ -174,7 +180,7 @@ class _Twin:
     def _callbacks(self, test_ds) -> list:
         from bnn.train.metrics import FlipRatio
 
-        compile_ = "tracing and XLA compilation" if self.config.training.xla else "tracing"
+        compile_ = "tracing and XLA compilation" if self.xla else "tracing"
         cbs = [cb.FirstStepProgress(f"{self.label}: first train step ({compile_})"),
                self.timer, cb.LearningRateLogger(),
                cb.TestEvaluation(test_ds, self.config.training.test_every), self.nonfinite]
@@ -199,9 +205,13 @@ class _Twin:
             self.step_medians = list(state.get("step_medians", []))
             self.wall_before = float(state.get("wall_seconds", 0.0))
         data = self._datasets(start, epochs)
+        if latest and "xla" in state:
+            self.xla, self.xla_reason = bool(state["xla"]), str(state.get("xla_reason", ""))
+        else:
+            self.xla, self.xla_reason = self._choose_xla(data)
         with self.strategy.scope():
             self.model = _load_checkpoint(path) if latest else build_model(
-                self.config, self.precision, data)
+                self.config, self.precision, data, self.xla)
             self.fit_model = self._fit_model(data)
         if start < epochs and self.verbose:
             where = f" from epoch {start + 1}" if latest else ""
@@ -220,14 +230,49 @@ class _Twin:
             self._fit(data.train, start, epochs, data.steps_per_epoch, data, callbacks)
         return self._finish(data)
 
-    def _fit_model(self, data: data_lib.Datasets) -> keras.Model:
-        """The student itself, or a :class:`FitModel` around it for distillation (binary twins),
-        device-side batches or test-time augmentation, compiled with the student's optimizer."""
+    def _choose_xla(self, data: data_lib.Datasets) -> tuple[bool, str]:
+        """Whether XLA compiles this twin's train step, and why: as ``training.xla`` says, or,
+        for ``auto``, whichever of the two is faster for this model on this machine, timed on a
+        few steps of each (a model built for the timing only; the random state is set back
+        afterwards, so the twin starts from the same weights either way)."""
         t = self.config.training
+        if t.xla != "auto":
+            return bool(t.xla), "training.xla in the experiment"
+        if t.deterministic:
+            return False, "training.deterministic: Keras trains without XLA under op determinism"
+        if t.distribute != "none":
+            gpu = dispatch.has_gpu() and t.device != "cpu"
+            return gpu, f"training.distribute on {'GPUs' if gpu else 'CPUs'}"
+        with progress.phase(f"{self.label}: timing the train step with and without XLA"):
+            times = {xla: self._step_ms(data, xla) for xla in (False, True)}
+        keras.utils.set_random_seed(t.seed)
+        return times[True] < times[False], (f"timed: {times[False]:.1f} ms per step without "
+                                            f"XLA, {times[True]:.1f} ms with it")
+
+    def _step_ms(self, data: data_lib.Datasets, xla: bool, warm: int = 3, timed: int = 5
+                 ) -> float:
+        """The median train step of this twin with or without XLA, in ms, after ``warm``
+        steps (tracing, compilation), on the first batches of the training data."""
+        with self.strategy.scope():
+            model = build_model(self.config, self.precision, data, xla)
+            fit = self._fit_model(data, model, xla)
+        timer = cb.StepTimer(skip=warm)
+        fit.fit(data.train.take(warm + timed), epochs=1, steps_per_epoch=warm + timed,
+                callbacks=[timer], verbose=0, shuffle=False)
+        return timer.epoch_medians[-1]
+
+    def _fit_model(self, data: data_lib.Datasets, model: keras.Model | None = None,
+                   xla: bool | None = None) -> keras.Model:
+        """The student (``model``, default the twin's) itself, or a :class:`FitModel` around it
+        for distillation (binary twins), device-side batches or test-time augmentation, compiled
+        with the student's optimizer, by XLA where ``xla`` (default the twin's choice)."""
+        t = self.config.training
+        model = self.model if model is None else model
+        xla = self.xla if xla is None else xla
         distill = t.distill if self.precision == "binary" else None
         if (distill is None and data.prepare is None and not t.test_time_flip
                 and not t.test_time_translate):
-            return self.model
+            return model
         shape = tuple(data.input_shape)
         if t.test_time_translate and (len(shape) != 3 or t.test_time_translate >= min(shape[:2])):
             raise TrainingError(f"training.test_time_translate={t.test_time_translate} needs "
@@ -238,14 +283,14 @@ class _Twin:
                                 "training.distribute=none or dataset.on_device=false")
         teacher = None if distill is None else distill_lib.load_teacher(
             distill.teacher, self.run_dir, data.input_shape, data.num_classes)
-        fit = FitModel(self.model, teacher,
+        fit = FitModel(model, teacher,
                        temperature=distill.temperature if distill else 1.0,
                        weight=distill.weight if distill else 0.0,
                        prepare=data.prepare, test_time_flip=t.test_time_flip,
                        test_time_translate=t.test_time_translate)
-        fit.compile(optimizer=self.model.optimizer, loss=self.model.loss,
+        fit.compile(optimizer=model.optimizer, loss=model.loss,
                     metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-                    jit_compile=t.xla)
+                    jit_compile=xla)
         return fit
 
     def _stopped(self) -> bool:
@@ -286,6 +331,8 @@ class _Twin:
             params=int(self.model.count_params()),
             epochs=self.config.training.epochs,
             wall_seconds=self.wall_before + time.perf_counter() - self.started,
+            xla=self.xla,
+            xla_reason=self.xla_reason,
             history=self.history,
         )
         if self.chief:
@@ -312,7 +359,7 @@ def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinRes
     """The TensorBoard hparams dashboard entry for this twin, with its final metrics."""
     from tensorboard.plugins.hparams import api as hp
 
-    values = {**hparams(config), "precision": precision}
+    values = {**hparams(config), "precision": precision, "xla": twin.xla}
     with tf.summary.create_file_writer(str(twin_dir / "hparams")).as_default():
         hp.hparams(values, trial_id=f"{config.name}/{twin_dir.name}")
         for key in ("test_accuracy", "best_test_accuracy", "median_step_ms", "wall_seconds"):

@@ -1,3 +1,6 @@
+import contextlib
+from unittest import mock
+
 import keras
 import numpy as np
 import pytest
@@ -5,6 +8,7 @@ import tensorflow as tf
 
 import bnn
 from bnn import models
+from bnn.optimizers import adam as adam_module
 from bnn.optimizers import (Adam, Bop, CaseOptimizer, VariablePaths, is_binary_variable_of,
                             make_optimizer)
 
@@ -283,17 +287,16 @@ def _clipped_twins(policy):
             model = tiny_mlp()
         finally:
             keras.mixed_precision.set_global_policy(previous)
-        optimizer = Adam(0.05)
-        if not in_update:
-            optimizer._clip_in_update = lambda gradient, variable: False
-        model.compile(optimizer=optimizer, jit_compile=False,
+        model.compile(optimizer=Adam(0.05), jit_compile=False,
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         model.build((None, 8, 8))
         for variable in model.trainable_variables:
             if "kernel" in variable.path:
                 variable.assign(np.sign(variable.numpy()) * 0.97)
-        for _ in range(3):
-            model.train_on_batch(x, y)
+        separate = mock.patch.object(adam_module, "_clip_in_update", lambda *args: False)
+        with contextlib.nullcontext() if in_update else separate:
+            for _ in range(3):
+                model.train_on_batch(x, y)
         trained.append(model)
     return trained
 
@@ -355,3 +358,51 @@ def test_adam_reads_a_widened_bfloat16_gradient_itself():
     assert grad_types(lambda v: tf.ones(v.shape) * 2.0) == ["float32"] * 3
     eager = tf.constant([1.5])
     assert bnn.optimizers.adam._widened_from(eager) is eager
+
+
+@needs_native
+def test_keras_own_adam_updates_binary_latent_kernels_in_one_native_pass():
+    """``"adam"`` in compile is Keras' Adam: outside XLA the latent kernels of bnn's layers take
+    the native update with their clip, every other variable Keras' own update."""
+    model = tiny_mlp()
+    model.compile(optimizer="adam", loss="mse")
+    model.build((None, 8, 8))
+    assert type(model.optimizer) is keras.optimizers.Adam
+    variables = model.trainable_variables
+
+    def ops_of(jit):
+        fn = tf.function(lambda: model.optimizer.apply([tf.ones_like(v) for v in variables],
+                                                       variables), jit_compile=jit)
+        return [op.type for op in fn.get_concrete_function().graph.get_operations()]
+
+    plain = ops_of(False)
+    assert plain.count("BnnAdamUpdate") == 3 and "ResourceApplyAdam" not in plain
+    assert "ClipByValue" not in plain and "Sqrt" in plain  # the others: Keras' update
+    assert "BnnAdamUpdate" not in ops_of(True)
+    dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])  # no WeightClip
+    dense.compile(optimizer="adam", loss="mse")
+    dense.build((None, 4))
+    fn = tf.function(lambda: dense.optimizer.apply(
+        [tf.ones_like(v) for v in dense.trainable_variables], dense.trainable_variables))
+    assert "BnnAdamUpdate" not in {op.type for op in fn.get_concrete_function().graph
+                                   .get_operations()}
+
+
+@needs_native
+def test_keras_own_adam_trains_binary_kernels_as_keras_update_then_clip():
+    x, y = learnable_data(64)
+    trained = []
+    for one_pass in (True, False):
+        keras.utils.set_random_seed(5)
+        model = tiny_mlp()
+        model.compile(optimizer=keras.optimizers.Adam(0.05), jit_compile=False,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        keras_only = mock.patch.object(adam_module, "_clip_in_update", lambda *args: False)
+        with contextlib.nullcontext() if one_pass else keras_only:
+            for _ in range(3):
+                model.train_on_batch(x, y)
+        trained.append(model)
+    for a, b in zip(*(model.weights for model in trained)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6, err_msg=a.path)
+        if "kernel" in a.path:
+            assert np.abs(a.numpy()).max() <= 1.0

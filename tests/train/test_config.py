@@ -397,3 +397,18 @@ def test_a_keras_file_model_needs_an_existing_keras_file(options, needle):
     with pytest.raises(ConfigError, match=needle) as error:
         parse_config({"model": {"name": "keras_file", "options": options}})
     assert "model.options.path" in str(error.value)
+
+
+@pytest.mark.parametrize("value, read", [("auto", "auto"), ("true", True), ("false", False)])
+def test_xla_is_auto_by_default_and_takes_true_false_or_auto(tmp_path, value, read):
+    assert parse_config({}).training.xla == "auto"
+    path = write(tmp_path, f"training: {{xla: {value}}}\n")
+    assert load_config(path).training.xla == read
+
+
+def test_an_unknown_xla_value_is_one_line_naming_the_choices(tmp_path):
+    path = write(tmp_path, "training: {xla: sometimes}\n")
+    with pytest.raises(ConfigError, match="training.xla: expected true, false or auto, got "
+                                          "'sometimes'") as error:
+        load_config(path)
+    assert "\n" not in str(error.value)

@@ -149,3 +149,41 @@ def test_bop_from_yaml_trains_and_flips_binary_weights(tmp_path):
     assert 0.0 < state["history"][0]["flip_ratio"] < 1.0
     report = json.loads((tmp_path / "run/report.json").read_text())["binary"]
     assert report["test_accuracy"] > 0.1
+
+
+def test_each_twin_reports_whether_xla_compiled_its_step_and_why(compared):
+    report = json.loads((compared / "report.json").read_text())
+    for twin in ("binary", "float"):
+        assert report[twin]["xla"] is False
+        assert report[twin]["xla_reason"] == "training.xla in the experiment"
+    assert "| train step compiled by XLA | no | no |" in (compared / "report.md").read_text()
+
+
+def test_xla_auto_times_both_ways_and_takes_the_faster_one(tmp_path):
+    """``training.xla: auto`` (the default): each twin's step is timed with and without XLA on
+    the run's own data, the faster is used, and the report says so with both figures; a resumed
+    run keeps the choice."""
+    config = write_config(tmp_path / "auto.yaml",
+                          tiny_config(epochs=1, deterministic=False, xla="auto"))
+    run_dir = tmp_path / "run"
+    assert run_cli("compare", config, "--output-dir", run_dir) == 0
+    report = json.loads((run_dir / "report.json").read_text())
+    for twin in ("binary", "float"):
+        reason = report[twin]["xla_reason"]
+        assert reason.startswith("timed: ") and " ms per step without XLA, " in reason
+        without, with_ = (float(part.split(" ms")[0].split()[-1])
+                          for part in reason.split(", "))
+        assert report[twin]["xla"] is (with_ < without)
+    assert "XLA: binary: " in (run_dir / "report.md").read_text()
+    state = json.loads((run_dir / "binary" / "checkpoints" / "state-0001.json").read_text())
+    assert (state["xla"], state["xla_reason"]) == (report["binary"]["xla"],
+                                                   report["binary"]["xla_reason"])
+
+
+def test_xla_auto_under_op_determinism_trains_without_xla(tmp_path):
+    config = write_config(tmp_path / "det.yaml", tiny_config(epochs=1, xla="auto"))
+    run_dir = tmp_path / "run"
+    assert run_cli("train", config, "--output-dir", run_dir, "--precision", "binary") == 0
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["binary"]["xla"] is False
+    assert report["binary"]["xla_reason"].startswith("training.deterministic")
