@@ -29,10 +29,11 @@ class BatchNormalization(keras.layers.BatchNormalization):
     one backward, and under XLA runs on the input viewed as a matrix (one row per position).
 
     The fused path applies in training to float32 or bfloat16 (a ``mixed_bfloat16`` policy)
-    channels-last 4-D inputs without a mask, ``renorm`` or ``synchronized``; its statistics and
-    scale are float32 either way, as in Keras' layer. Inference on bfloat16 inputs (outside XLA)
-    is one ``FusedBatchNormV3`` kernel too. The XLA path applies in training to inputs of rank 3 or more
-    normalized over their last axis, without a mask, ``renorm`` or ``synchronized``. Inference
+    channels-last 4-D inputs, and to 2-D ones (a dense layer's outputs, seen by the kernel as
+    ``(batch, 1, 1, channels)``), without a mask, ``renorm`` or ``synchronized``; its statistics
+    and scale are float32 either way, as in Keras' layer. Inference on bfloat16 4-D inputs
+    (outside XLA) is one ``FusedBatchNormV3`` kernel too. The XLA path applies in training to
+    inputs of rank 3 or more normalized over their last axis, without a mask, ``renorm`` or ``synchronized``. Inference
     and everything else is Keras' layer unchanged (so a float32 model predicts, and exports,
     exactly as with Keras' layer). The moving variance is updated with the biased batch
     variance, as Keras does (the kernel reports the unbiased one; it is scaled back by
@@ -45,8 +46,9 @@ class BatchNormalization(keras.layers.BatchNormalization):
                 and not self.synchronized and isinstance(inputs, tf.Tensor))
 
     def _fused_applies(self, inputs, training, mask) -> bool:
+        rank = inputs.shape.rank if isinstance(inputs, tf.Tensor) else None
         return (self._plain_training(inputs, training, mask)
-                and inputs.shape.rank == 4 and self.axis in (-1, 3)
+                and rank in (2, 4) and self.axis in (-1, rank - 1)
                 and inputs.dtype in (tf.float32, tf.bfloat16)
                 and self.moving_mean.dtype == "float32"
                 and self.compute_dtype == inputs.dtype.name and not in_xla_context())
@@ -107,10 +109,14 @@ class BatchNormalization(keras.layers.BatchNormalization):
         gamma = self.gamma if self.scale else tf.ones([channels])
         beta = self.beta if self.center else tf.zeros([channels])
         empty = tf.zeros([0])
+        # a dense layer's (batch, channels) as the kernel's (batch, 1, 1, channels)
+        images = inputs if inputs.shape.rank == 4 else tf.reshape(inputs, [-1, 1, 1, channels])
         outputs, mean, unbiased, _, _, _ = tf.raw_ops.FusedBatchNormV3(
-            x=inputs, scale=tf.convert_to_tensor(gamma), offset=tf.convert_to_tensor(beta),
+            x=images, scale=tf.convert_to_tensor(gamma), offset=tf.convert_to_tensor(beta),
             mean=empty, variance=empty, epsilon=self.epsilon, data_format="NHWC",
             is_training=True)
+        if inputs.shape.rank != 4:
+            outputs = tf.reshape(outputs, tf.shape(inputs))
         count = tf.cast(tf.size(inputs) // channels, tf.float32)  # values per channel
         # the biased variance; one value per channel has variance 0 (the kernel's is not finite)
         variance = tf.where(count > 1.0, unbiased * ((count - 1.0) / count),

@@ -249,7 +249,7 @@ class _Twin:
         return times[True] < times[False], (f"timed: {times[False]:.1f} ms per step without "
                                             f"XLA, {times[True]:.1f} ms with it")
 
-    def _step_ms(self, data: data_lib.Datasets, xla: bool, warm: int = 3, timed: int = 5
+    def _step_ms(self, data: data_lib.Datasets, xla: bool, warm: int = 5, timed: int = 10
                  ) -> float:
         """The median train step of this twin with or without XLA, in ms, after ``warm``
         steps (tracing, compilation), on the first batches of the training data."""

@@ -35,12 +35,13 @@ def _train_step(layer, x, jit):
     return step(x)
 
 
+@pytest.mark.parametrize("shape", [(4, 6, 5, 7), (12, 7)], ids=["images", "dense"])
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("options", [{}, {"scale": False}, {"center": False, "momentum": 0.5},
                                      {"epsilon": 1e-5}])
-def test_training_step_matches_keras(options, jit):
-    ours, theirs = _pair(**options)
-    x = tf.constant(np.random.default_rng(0).normal(2.0, 3.0, (4, 6, 5, 7)).astype(np.float32))
+def test_training_step_matches_keras(options, jit, shape):
+    ours, theirs = _pair((None, *shape[1:]), **options)
+    x = tf.constant(np.random.default_rng(0).normal(2.0, 3.0, shape).astype(np.float32))
     y1, g1 = _train_step(ours, x, jit)
     y2, g2 = _train_step(theirs, x, jit)
     np.testing.assert_allclose(y1.numpy(), y2.numpy(), rtol=1e-5, atol=1e-5)
@@ -49,6 +50,14 @@ def test_training_step_matches_keras(options, jit):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
     for a, b in zip(ours.non_trainable_weights, theirs.non_trainable_weights):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_dense_layers_outputs_take_the_fused_kernel_outside_xla():
+    layer = BatchNormalization()
+    layer.build((None, 5))
+    fn = tf.function(lambda x: layer(x, training=True))
+    graph = fn.get_concrete_function(tf.TensorSpec([3, 5])).graph
+    assert "FusedBatchNormV3" in {op.type for op in graph.get_operations()}
 
 
 def test_fused_kernel_runs_outside_xla_only():
