@@ -24,13 +24,19 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["BATCH_SIZES", "SAMPLE", "Setting", "Runner", "runner", "cores", "candidates",
+__all__ = ["BATCH_SIZES", "SAMPLE", "TIE", "Setting", "Runner", "runner", "cores", "candidates",
            "calibrate", "measure"]
 
 #: Batch sizes :func:`calibrate` tries (capped at the number of examples).
 BATCH_SIZES = (64, 256, 1024)
-#: Examples each calibration run covers (at least one batch per worker).
-SAMPLE = 1024
+#: Examples each calibration run covers (at least one batch per worker): enough that a
+#: moment's load on a shared machine does not decide the setting.
+SAMPLE = 4096
+#: Settings within this fraction of the fastest are taken as equally fast (the differences
+#: between them are within a shared machine's noise); of those, calibration keeps the one with
+#: the largest batches, then the most workers, then without XLA, so that it chooses the same
+#: setting from run to run.
+TIE = 0.05
 
 
 @dataclass(frozen=True)
@@ -116,11 +122,12 @@ def _timed(run: Runner, setting: Setting, count: int | None = None) -> tuple[flo
 
 def _fastest(runners: dict[str, Runner], options: dict[str, list[Setting]], sample: int,
              rounds: int) -> dict[str, Setting]:
-    """Per model, the option with the shortest time per example in its best round: each runs
-    once untimed (tracing, compilation of every batch shape), then ``rounds`` times on the first
-    ``max(sample, batch_size * workers)`` examples, all models' and options' runs of a round in turn (the
-    order reversed every other round, so a slow moment of a shared machine does not always hit
-    the same option)."""
+    """Per model, the option with the shortest time per example in its best round, or, of those
+    within :data:`TIE` of it, the one with the largest batches, the most workers, without XLA.
+    Each option runs once untimed (tracing, compilation of every batch shape), then ``rounds``
+    times on the first ``max(sample, batch_size * workers)`` examples, all models' and options'
+    runs of a round in turn (the order reversed every other round, so a slow moment of a shared
+    machine does not always hit the same option)."""
     work = [(name, s, max(sample, s.batch_size * s.workers)) for name, listed in options.items()
             for s in listed]
     if all(len(listed) == 1 for listed in options.values()):
@@ -134,12 +141,16 @@ def _fastest(runners: dict[str, Runner], options: dict[str, list[Setting]], samp
             key = (name, setting)
             per_example[key] = min(per_example.get(key, np.inf),
                                    seconds / min(count, len(runners[name].x)))
-    return {name: min(listed, key=lambda s, name=name: per_example[name, s])
-            for name, listed in options.items()}
+    chosen = {}
+    for name, listed in options.items():
+        fastest = min(per_example[name, s] for s in listed)
+        chosen[name] = min((s for s in listed if per_example[name, s] <= fastest * (1 + TIE)),
+                           key=lambda s: (-s.batch_size, -s.workers, s.xla))
+    return chosen
 
 
 def calibrate(runners: dict[str, Runner], batch_size: int | None = None,
-              workers: int | None = None, sample: int = SAMPLE, rounds: int = 2
+              workers: int | None = None, sample: int = SAMPLE, rounds: int = 3
               ) -> dict[str, Setting]:
     """The fastest setting for each model: first the fastest of the :func:`candidates` (without
     XLA), then, for a Keras model, that setting with and without XLA (one more compilation

@@ -112,3 +112,18 @@ def test_comparing_models_of_another_input_shape_is_a_one_line_export_error(file
     with pytest.raises(ExportError, match=r"other.keras: takes inputs of shape \(6,\)") as error:
         evaluate(tmp / "m.bnn", x, np.zeros(len(x)), compare=tmp_path / "other.keras")
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("times, chosen", [
+    ({(256, 2): 1.00, (1024, 1): 1.03, (1024, 2): 1.20}, (1024, 1)),  # within the tie: larger
+    ({(256, 2): 1.00, (1024, 1): 1.10, (1024, 2): 1.20}, (256, 2)),   # clearly faster
+    ({(256, 1): 1.02, (256, 2): 1.00, (1024, 2): 1.50}, (256, 2)),    # tie: more workers
+], ids=["larger batches in a tie", "the clearly fastest", "more workers in a tie"])
+def test_calibration_keeps_the_same_setting_when_options_are_within_noise(monkeypatch, times,
+                                                                          chosen):
+    runner = throughput.Runner({False: lambda batch: batch}, np.zeros((4096, 1), np.float32))
+    options = [throughput.Setting(b, w) for b, w in times]
+    monkeypatch.setattr(throughput, "_timed", lambda run, setting, count: (
+        times[setting.batch_size, setting.workers] * count, None))
+    best = throughput._fastest({"m": runner}, {"m": options}, sample=4096, rounds=3)
+    assert (best["m"].batch_size, best["m"].workers) == chosen
