@@ -128,7 +128,7 @@ def test_python_dash_m_bnn_runs_the_command(tmp_path):
     assert result.stderr.startswith("bnn: error: ") and result.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("script", ["step_time", "inference", "conv_gradients"])
+@pytest.mark.parametrize("script", ["step_time", "inference", "conv_gradients", "user_script"])
 def test_benchmark_scripts_start_without_tensorflow_log_lines(script):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--help"],
                             capture_output=True, text=True, timeout=300, env=user_environment())
