@@ -16,7 +16,7 @@ from typing import Any
 
 __all__ = ["PRECISIONS", "DATASETS", "OPTIMIZERS", "SCHEDULES", "LOSSES", "DEVICES",
            "MIXED_PRECISIONS", "POLICIES", "DISTRIBUTES", "KERNEL_VARIANTS", "CONV_GRADIENT_KERNELS",
-           "DOREFA_MODES", "MODEL_OPTIONS", "QUANTIZER_ARGUMENTS", "QUANTIZER_MINIMUMS",
+           "DOREFA_MODES", "HISTOGRAMS", "MODEL_OPTIONS", "QUANTIZER_ARGUMENTS", "QUANTIZER_MINIMUMS",
            "QUANTIZER_CHOICES", "model_names", "quantizer_names"]
 
 #: A binary layer or model (``"binary"``) or its float twin (``"float"``).
@@ -44,6 +44,8 @@ KERNEL_VARIANTS: tuple[str, ...] = ("generic", "avx2", "avx512")
 CONV_GRADIENT_KERNELS: tuple[str, ...] = ("xla", "patches", "tensorflow")
 #: What :func:`bnn.quantizers.dorefa` quantizes.
 DOREFA_MODES: tuple[str, ...] = ("activations", "weights")
+#: Which weights the trainer's TensorBoard histograms show (:mod:`bnn.train.board`).
+HISTOGRAMS: tuple[str, ...] = ("binary", "all")
 
 _SHARED = {"input_quantizer": "ste_sign", "kernel_quantizer": "ste_sign", "momentum": 0.9,
            "epsilon": 1e-4, "float_activation": "relu", "synchronized_bn": False,

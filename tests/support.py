@@ -59,6 +59,23 @@ def load_benchmark(name: str):
     return module
 
 
+def run_events(run: Path) -> dict[str, list[tuple[int, object]]]:
+    """``{tag: [(step, value), ...]}`` of the TensorBoard events directly in ``run`` (one run,
+    its event files in order): floats for scalars, numpy arrays for histograms and other
+    tensors."""
+    import tensorflow as tf
+
+    found: dict[str, list[tuple[int, object]]] = {}
+    for path in sorted(run.glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                array = tf.make_ndarray(value.tensor) if value.HasField("tensor") else None
+                numeric = array is not None and array.ndim == 0 and array.dtype.kind == "f"
+                point = float(array) if numeric else array
+                found.setdefault(value.tag, []).append((event.step, point))
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

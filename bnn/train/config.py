@@ -32,8 +32,8 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from bnn import catalog
-from bnn.catalog import (DATASETS, DEVICES, DISTRIBUTES, LOSSES, MIXED_PRECISIONS, OPTIMIZERS,
-                         PRECISIONS, SCHEDULES)
+from bnn.catalog import (DATASETS, DEVICES, DISTRIBUTES, HISTOGRAMS, LOSSES, MIXED_PRECISIONS,
+                         OPTIMIZERS, PRECISIONS, SCHEDULES)
 from bnn.errors import ConfigError
 
 __all__ = [
@@ -275,6 +275,7 @@ class TrainingConfig:
     checkpoints_keep: int = _f(3, _as_int(1))
     deterministic: bool = _f(False, _as_bool)
     histogram_freq: int = _f(1, _as_int(0))
+    histograms: str = _f("binary", _one_of(HISTOGRAMS, "histograms choice"))
     distill: DistillConfig | None = _f(None, _distill)
     test_time_flip: bool = _f(False, _as_bool)
     test_time_translate: int = _f(0, _as_int(0))

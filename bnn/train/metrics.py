@@ -55,7 +55,8 @@ class FlipRatio(keras.callbacks.Callback):
     ``epoch``, ``batch`` (None for epoch measurements) and the ratios.
 
     Cost: one boolean sign snapshot per binary kernel, kept on the kernel's device; a measurement
-    transfers one integer per layer.
+    transfers one integer per output unit (kept in :attr:`unit_ratios`, which the trainer's
+    TensorBoard histograms show).
     """
 
     def __init__(self, every: str = "epoch"):
@@ -68,6 +69,9 @@ class FlipRatio(keras.callbacks.Callback):
         self._signs: list = []
         self._epoch_values: list[dict[str, float]] = []
         self._epoch = 0
+        #: ``{kernel path: ratios}``: for each output unit (the kernel's last axis) of each
+        #: binary kernel, the fraction of its weights that flipped at the last measurement.
+        self.unit_ratios: dict[str, np.ndarray] = {}
         if every == "batch":
             # Bound only in batch mode, so epoch mode leaves Keras' asynchronous batch dispatch on.
             self.on_train_batch_end = self._on_train_batch_end
@@ -89,9 +93,14 @@ class FlipRatio(keras.callbacks.Callback):
             flips, size = 0, 0
             for j, kernel in enumerate(layer.binary_kernels()):
                 signs = ops.greater_equal(kernel, 0)
-                flips += int(ops.sum(ops.cast(ops.not_equal(signs, self._signs[i][j]), "int32")))
+                flipped = ops.cast(ops.not_equal(signs, self._signs[i][j]), "int32")
+                per_unit = ops.convert_to_numpy(
+                    ops.sum(flipped, axis=tuple(range(len(kernel.shape) - 1))))
                 self._signs[i][j] = signs
-                size += int(np.prod(kernel.shape))
+                flips += int(per_unit.sum())
+                units = int(np.prod(kernel.shape[:-1]))
+                self.unit_ratios[kernel.path] = per_unit / units
+                size += units * int(kernel.shape[-1])
             values[f"flip_ratio/{layer.name}"] = flips / size
             total_flips, total_size = total_flips + flips, total_size + size
         return {"flip_ratio": total_flips / total_size, **values}

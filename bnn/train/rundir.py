@@ -6,7 +6,8 @@ Layout::
       config.yaml               the resolved configuration
       report.json, report.md    written when a run finishes
       .lock                     pid of the process writing here
-      <precision>/              one per twin ("binary", "float"): TensorBoard events, and
+      <label>/                  one per twin ("binary", "float"): its TensorBoard run
+                                (bnn.train.board), and
         model.keras             the final model
         checkpoints/epoch-0003.keras, state-0003.json   the last ``keep`` complete epochs
         checkpoints/interrupted.keras, interrupted.json  a run stopped by SIGINT/SIGTERM mid-epoch

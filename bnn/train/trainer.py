@@ -18,7 +18,6 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from bnn import models, optimizers, progress
 from bnn.errors import Interrupted, RunDirError, TrainingError
@@ -27,6 +26,7 @@ from bnn.train import callbacks as cb
 from bnn.train import data as data_lib
 from bnn.train import distill as distill_lib
 from bnn.train import losses
+from bnn.train.board import Board, main_hparams
 from bnn.train.config import Config, hparams
 from bnn.train.fitting import FitModel
 from bnn.train.rundir import Checkpoints
@@ -122,6 +122,8 @@ class _EpochCheckpoint(keras.callbacks.Callback):
             return
         t.history.append({k: float(v) for k, v in (logs or {}).items()})
         t.save_checkpoint(epoch + 1)
+        if t.board is not None:
+            t.board.epoch(epoch, t.history[-1])
 
 
 class _Twin:
@@ -150,6 +152,7 @@ class _Twin:
         self.xla, self.xla_reason = False, ""  # the train step's compiler, and why
         self.model: keras.Model | None = None  # the student: what checkpoints hold
         self.fit_model: keras.Model | None = None  # what fit runs: the student or a FitModel
+        self.board: Board | None = None  # the twin's TensorBoard run (the chief's only)
         self.skipped = 0  # batches of the current epoch done before a mid-epoch resume
 
     def _datasets(self, initial_epoch: int, epochs: int) -> data_lib.Datasets:
@@ -180,18 +183,21 @@ class _Twin:
     def _callbacks(self, test_ds) -> list:
         from bnn.train.metrics import FlipRatio
 
+        t = self.config.training
         compile_ = "tracing and XLA compilation" if self.xla else "tracing"
         cbs = [cb.FirstStepProgress(f"{self.label}: first train step ({compile_})"),
                self.timer, cb.LearningRateLogger(),
-               cb.TestEvaluation(test_ds, self.config.training.test_every), self.nonfinite]
-        if self.precision == "binary":
-            cbs.append(FlipRatio(every="epoch"))
-        cbs.append(_EpochCheckpoint(self))
+               cb.TestEvaluation(test_ds, t.test_every), self.nonfinite]
+        flips = FlipRatio(every="epoch") if self.precision == "binary" else None
+        if flips is not None:
+            cbs.append(flips)
         if self.chief:
-            cbs.append(keras.callbacks.TensorBoard(
-                log_dir=str(self.dir), histogram_freq=self.config.training.histogram_freq,
-                write_graph=False, update_freq="epoch"))
-        cbs.append(self.signals)
+            self.board = Board(self.dir, self.model, t.histograms, t.histogram_freq, flips)
+            values = {**hparams(self.config), "model.precision": self.precision,
+                      "training.xla": self.xla}
+            self.board.start(values, main_hparams(values, self.config.model.options),
+                             trial=f"{self.config.name}/{self.label}")
+        cbs += [_EpochCheckpoint(self), self.signals]
         return cbs
 
     def run(self) -> TwinResult:
@@ -218,17 +224,21 @@ class _Twin:
             print(f"bnn: training {self.precision} {self.config.model.name} on "
                   f"{self.config.dataset.name}{where} -> {self.dir}", flush=True)
         callbacks = self._callbacks(data.test)
-        if self.skipped and start < epochs:
-            # finish the epoch a signal cut short: the same batches, minus those already done
-            rest = self._datasets(start, start + 1)
-            self._fit(rest.train.skip(self.skipped), start, start + 1,
-                      rest.steps_per_epoch - self.skipped, data, callbacks)
-            self.skipped = 0
-            start += 1
-            data = self._datasets(start, epochs)
-        if start < epochs and not self._stopped():
-            self._fit(data.train, start, epochs, data.steps_per_epoch, data, callbacks)
-        return self._finish(data)
+        try:
+            if self.skipped and start < epochs:
+                # finish the epoch a signal cut short: the same batches, minus those done
+                rest = self._datasets(start, start + 1)
+                self._fit(rest.train.skip(self.skipped), start, start + 1,
+                          rest.steps_per_epoch - self.skipped, data, callbacks)
+                self.skipped = 0
+                start += 1
+                data = self._datasets(start, epochs)
+            if start < epochs and not self._stopped():
+                self._fit(data.train, start, epochs, data.steps_per_epoch, data, callbacks)
+            return self._finish(data)
+        finally:
+            if self.board is not None:
+                self.board.close()
 
     def _choose_xla(self, data: data_lib.Datasets) -> tuple[bool, str]:
         """Whether XLA compiles this twin's train step, and why: as ``training.xla`` says, or,
@@ -257,7 +267,7 @@ class _Twin:
             model = build_model(self.config, self.precision, data, xla)
             fit = self._fit_model(data, model, xla)
         timer = cb.StepTimer(skip=warm)
-        fit.fit(data.train.take(warm + timed), epochs=1, steps_per_epoch=warm + timed,
+        fit.fit(data.train.repeat().take(warm + timed), epochs=1, steps_per_epoch=warm + timed,
                 callbacks=[timer], verbose=0, shuffle=False)
         return timer.epoch_medians[-1]
 
@@ -337,6 +347,8 @@ class _Twin:
         )
         if self.chief:
             self._write_final(twin)
+        if self.board is not None:
+            self.board.final(twin.epochs, twin.test_accuracy, twin.test_loss)
         return twin
 
     def _final_test(self, data: data_lib.Datasets) -> dict[str, float]:
@@ -352,19 +364,6 @@ class _Twin:
         tmp = self.dir / ".model.keras.tmp.keras"
         self.model.save(tmp)
         tmp.replace(path)
-        _write_hparams(self.dir, self.config, self.precision, twin)
-
-
-def _write_hparams(twin_dir: Path, config: Config, precision: str, twin: TwinResult) -> None:
-    """The TensorBoard hparams dashboard entry for this twin, with its final metrics."""
-    from tensorboard.plugins.hparams import api as hp
-
-    values = {**hparams(config), "precision": precision, "xla": twin.xla}
-    with tf.summary.create_file_writer(str(twin_dir / "hparams")).as_default():
-        hp.hparams(values, trial_id=f"{config.name}/{twin_dir.name}")
-        for key in ("test_accuracy", "best_test_accuracy", "median_step_ms", "wall_seconds"):
-            tf.summary.scalar(f"final/{key}", getattr(twin, key), step=twin.epochs)
-        tf.summary.flush()
 
 
 def train_twin(config: Config, precision: str, run_dir: Path, data_dir=None,

@@ -1,18 +1,23 @@
 """TensorBoard as a person sees it: a real `bnn compare` run served by TensorBoard on loopback,
-opened in headless Chromium. The scalars dashboard must list both twins' runs and the tags a
-user compares them by, and a tag filter must bring up the test-accuracy chart.
+opened in headless Chromium. Time Series, the page TensorBoard opens on, must start with the
+twins' test accuracy and step time; the custom-scalars tab must draw both twins on one chart per
+figure; the hparams tab must list both twins.
 
 Needs Chromium (Debian package `chromium`) and Playwright (`pip install playwright`, in bnn's
 dev extra; Playwright drives the installed Chromium, it downloads no browser). Skipped, with the
 reason, where either is missing. The screenshots are kept in the test's temporary folder, or in
-``$BNN_SCREENSHOT_DIR`` when that is set.
+``$BNN_SCREENSHOT_DIR`` when that is set. With ``$BNN_TENSORBOARD_RUN`` set to the directory
+of a finished `bnn compare` run, the tests look at that run instead of training a tiny one (the
+docs' screenshots are of the main job's run, taken so).
 """
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from support import needs_mnist, run_cli, tensorboard_server, tiny_config, write_config
 
@@ -34,49 +39,90 @@ pytestmark = [
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
-RUNS = ("binary/train", "float/train")
-TAGS = ("epoch_test_accuracy", "epoch_loss", "epoch_step_time_ms", "epoch_flip_ratio")
+VIEWPORT = {"width": 1400, "height": 1000}
+TWINS = ("binary", "float")
 
 
 @pytest.fixture(scope="module")
 def tensorboard(tmp_path_factory):
-    """A finished `bnn compare` run, served by TensorBoard on a loopback port."""
+    """A finished `bnn compare` run (a new tiny one, or the one in ``$BNN_TENSORBOARD_RUN``),
+    served by TensorBoard on a loopback port; the folder for screenshots; the experiment's
+    name."""
     tmp = tmp_path_factory.mktemp("browser")
-    run_dir = tmp / "run"
-    config = write_config(tmp / "tiny.yaml", tiny_config(seed=4, epochs=3))
-    assert run_cli("compare", config, "--output-dir", run_dir) == 0
-    with tensorboard_server(run_dir) as url:
-        yield url, tmp
-
-
-def test_scalars_dashboard_shows_both_twins_and_their_tags(tensorboard):
-    url, tmp = tensorboard
+    run_dir = Path(os.environ.get("BNN_TENSORBOARD_RUN") or tmp / "run")
+    if not os.environ.get("BNN_TENSORBOARD_RUN"):
+        config = write_config(tmp / "tiny.yaml", tiny_config(seed=4, epochs=3))
+        assert run_cli("compare", config, "--output-dir", run_dir) == 0
+    name = yaml.safe_load((run_dir / "config.yaml").read_text())["name"]
     shots = Path(os.environ.get("BNN_SCREENSHOT_DIR") or tmp)
     shots.mkdir(parents=True, exist_ok=True)
+    with tensorboard_server(run_dir) as url:
+        yield url, shots, name
+
+
+@pytest.fixture
+def page():
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{url}/#scalars")
-            for run in RUNS:  # the run selector lists each twin's training run
-                page.get_by_text(run, exact=True).wait_for(state="visible", timeout=90_000)
-            for tag in TAGS:  # a pane per tag
-                page.get_by_text(tag, exact=True).first.wait_for(state="visible",
-                                                                 timeout=30_000)
-            page.screenshot(path=str(shots / "tensorboard-scalars.png"))
-
-            # Filter the tags as a person would, and wait for the test-accuracy chart to draw.
-            page.get_by_label("Filter tags").fill("test_accuracy")
-            card = page.locator("tf-scalar-card", has_text="tag: epoch_test_accuracy").first
-            lines = card.locator("path.line")
-            lines.first.wait_for(state="attached", timeout=60_000)
-            page.wait_for_timeout(1000)  # the chart's transition
-            assert lines.count() >= len(RUNS)  # one line per twin (and their smoothed lines)
-            ticks = [card.locator("svg text").nth(i).text_content()
-                     for i in range(card.locator("svg text").count())]
-            fractions = [t for t in ticks if t.startswith("0.") and t[2:].isdigit()]
-            assert len(fractions) >= 3, ticks  # an accuracy axis: ticks between 0 and 1
-            page.screenshot(path=str(shots / "tensorboard-test-accuracy.png"))
+            yield browser.new_page(viewport=VIEWPORT)
         finally:
             browser.close()
-    assert (shots / "tensorboard-scalars.png").stat().st_size > 10_000
+
+
+def test_time_series_opens_on_the_twins_test_accuracy_and_step_time(tensorboard, page):
+    url, shots, _ = tensorboard
+    page.goto(url)  # no dashboard named: TensorBoard's first, Time Series
+    for twin in TWINS:  # the run selector lists each twin by its name
+        page.get_by_text(twin, exact=True).first.wait_for(state="visible", timeout=90_000)
+    cards = page.locator("card-view")
+    cards.first.wait_for(state="visible", timeout=60_000)
+    page.wait_for_timeout(2000)  # the cards' data and the lazy rendering of the grid
+    first_screen = []
+    for i in range(cards.count()):
+        box = cards.nth(i).bounding_box()
+        if box is not None and box["y"] < VIEWPORT["height"]:
+            title = cards.nth(i).locator("tb-truncated-path").first.inner_text()
+            first_screen.append((re.sub(r"\s+", "", title), cards.nth(i)))
+    page.screenshot(path=str(shots / "tensorboard-time-series.png"))
+    titles = [title for title, _ in first_screen]
+    assert titles[0] == "accuracy/test", titles
+    assert "cost/step_time_ms" in titles, titles
+    assert set(titles) <= {"accuracy/test", "accuracy/train", "cost/step_time_ms"}, titles
+    for title, card in first_screen:  # each chart's table has a row per twin
+        text = card.inner_text()
+        assert all(re.search(rf"\b{twin}\b", text) for twin in TWINS), (title, text)
+
+
+def test_custom_scalars_draw_both_twins_on_one_chart_per_figure(tensorboard, page):
+    url, shots, _ = tensorboard
+    page.goto(f"{url}/#custom_scalars")
+    charts = page.locator("tf-custom-scalar-multi-line-chart-card")
+    charts.first.wait_for(state="visible", timeout=90_000)
+    page.get_by_text("binary vs float").first.wait_for(state="visible", timeout=30_000)
+
+    def matches(title: str) -> list[str]:
+        chart = charts.filter(has=page.locator("tf-card-heading", has_text=title)).first
+        chart.locator("path.line").first.wait_for(state="attached", timeout=60_000)
+        entries = chart.locator(".match-list-entry")
+        return sorted(re.sub(r"[◼\s]+", " ", entries.nth(i).text_content()).strip()
+                      for i in range(entries.count()))
+
+    assert matches("test accuracy") == ["accuracy/test (binary)", "accuracy/test (float)"]
+    assert matches("train step (ms)") == ["cost/step_time_ms (binary)",
+                                          "cost/step_time_ms (float)"]
+    assert matches("training loss") == ["loss/train (binary)", "loss/train (float)"]
+    assert matches("flip ratio") == ["flips/all (binary)"]  # the float twin has no flips
+    page.wait_for_timeout(1000)  # the charts' transitions
+    page.screenshot(path=str(shots / "tensorboard-custom-scalars.png"))
+    assert (shots / "tensorboard-custom-scalars.png").stat().st_size > 10_000
+
+
+def test_hparams_lists_both_twins_with_their_settings_and_test_accuracy(tensorboard, page):
+    url, shots, name = tensorboard
+    page.goto(f"{url}/#hparams")
+    for twin in TWINS:
+        page.get_by_text(f"{name}/{twin}", exact=True).wait_for(state="visible", timeout=90_000)
+    for column in ("model.precision", "test accuracy", "train step (ms)"):
+        page.get_by_text(column, exact=True).first.wait_for(state="visible", timeout=30_000)
+    page.screenshot(path=str(shots / "tensorboard-hparams.png"))

@@ -16,7 +16,7 @@ from bnn.cli import main
 from bnn.errors import RunDirError
 from bnn.files import atomic_write
 from bnn.train.rundir import Checkpoints, RunLock
-from support import DATA_DIR, needs_mnist, run_cli, tiny_config, write_config
+from support import DATA_DIR, needs_mnist, run_cli, run_events, tiny_config, write_config
 
 TINY = tiny_config(seed=5)
 
@@ -58,6 +58,9 @@ def test_sigterm_mid_epoch_saves_and_resume_ends_like_an_uninterrupted_run(
     assert resumed["test_loss"] == pytest.approx(uninterrupted["test_loss"], rel=1e-5)
     assert resumed["test_accuracy"] == pytest.approx(uninterrupted["test_accuracy"], abs=1e-6)
     assert not (run_dir / "binary/checkpoints/interrupted.keras").exists()
+    # TensorBoard has each epoch once, the one cut short only when it was finished
+    steps = [step for step, _ in run_events(run_dir / "binary")["accuracy/train"]]
+    assert steps == list(range(1, TINY["training"]["epochs"] + 1))
 
 
 @needs_mnist

@@ -1,5 +1,6 @@
 """End-to-end: `bnn compare` on a few hundred MNIST images, its run directory, resume,
-TensorBoard logs (read back through a real TensorBoard server) and report.json."""
+TensorBoard logs (read back from the files and through a real TensorBoard server: scalars and
+the hparams dashboard) and report.json."""
 
 import json
 import time
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from support import needs_mnist, run_cli, tensorboard_server, tiny_config, write_config
+from support import (needs_mnist, run_cli, run_events, tensorboard_server, tiny_config,
+                     write_config)
 
 pytestmark = needs_mnist
 TINY = tiny_config(seed=3)
@@ -56,43 +58,71 @@ def test_run_directory_holds_models_checkpoints_and_config(compared):
     assert not (compared / ".lock").exists()
 
 
-def scalars_from_events(run: Path) -> set[str]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    tags = set()
-    for events in run.rglob("events.out.tfevents.*"):
-        acc = EventAccumulator(str(events.parent), size_guidance={"tensors": 0})
-        acc.Reload()
-        tags |= set(acc.Tags()["tensors"]) | set(acc.Tags()["scalars"])
-    return tags
-
-
-def test_tensorboard_events_hold_named_scalars_for_both_twins(compared):
+def test_tensorboard_has_one_run_per_twin_with_shared_tags(compared):
+    history = json.loads((compared / "report.json").read_text())["history"]
     for twin in ("binary", "float"):
-        tags = scalars_from_events(compared / twin)
-        for tag in ("epoch_loss", "epoch_accuracy", "epoch_learning_rate",
-                    "epoch_step_time_ms", "epoch_test_accuracy"):
-            assert tag in tags, (twin, tag, tags)
-    assert "epoch_flip_ratio" in scalars_from_events(compared / "binary")
+        events = run_events(compared / twin)
+        for tag in ("accuracy/test", "accuracy/train", "loss/test", "loss/train",
+                    "cost/step_time_ms", "optimizer/learning_rate"):
+            assert [step for step, _ in events[tag]] == [1, 2], (twin, tag)
+        tests = [value for _, value in events["accuracy/test"]]
+        assert tests == pytest.approx([h["test_accuracy"] for h in history[twin]])
+        assert not [tag for tag in events if tag.startswith("epoch_")]
+        assert not [p for p in (compared / twin).iterdir() if p.name in ("train", "validation")]
+        assert "custom_scalars__config__" in events and "_hparams_/session_start_info" in events
+    binary, float_ = run_events(compared / "binary"), run_events(compared / "float")
+    assert {"flips/all", "flips/dense0", "flips/dense1", "flips/dense_out"} <= set(binary)
+    # histograms: the binary layers' latent kernels and their flips, nothing of batch norm
+    histograms = sorted(tag for tag in binary if tag.startswith("weights/"))
+    assert histograms == [f"weights/{layer}/kernel{suffix}" for layer in
+                          ("dense0", "dense1", "dense_out") for suffix in ("", "_flips")]
+    assert not [tag for tag in float_ if tag.startswith("weights/") or tag.startswith("flips/")]
+    step, flips = binary["weights/dense0/kernel_flips"][-1]
+    assert step == 2 and flips.ndim == 2 and flips.shape[1] == 3  # histogram buckets
 
 
-def test_real_tensorboard_server_serves_both_twins_scalars(compared):
+def _post(url: str, body: dict):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def test_real_tensorboard_server_serves_both_twins_and_their_hparams(compared):
+    report = json.loads((compared / "report.json").read_text())
     with tensorboard_server(compared) as url:
         base = f"{url}/data/plugin/scalars"
         deadline, tags = time.time() + 90, {}
         while time.time() < deadline:
             with urllib.request.urlopen(f"{base}/tags", timeout=5) as response:
                 tags = json.load(response)
-            if {"binary/train", "float/train"} <= set(tags):
+            if {"binary", "float"} <= set(tags):
                 break
             time.sleep(1)
-        assert {"binary/train", "float/train"} <= set(tags), tags
-        for run in ("binary/train", "float/train"):
-            query = f"{base}/scalars?run={run.replace('/', '%2F')}&tag=epoch_accuracy"
+        assert set(tags) == {"binary", "float"}, tags
+        for run in ("binary", "float"):
+            query = f"{base}/scalars?run={run}&tag=accuracy%2Ftrain"
             with urllib.request.urlopen(query, timeout=10) as response:
                 points = json.load(response)
-            assert [p[1] for p in points] == [0, 1]
+            assert [p[1] for p in points] == [1, 2]
             assert all(0.0 <= p[2] <= 1.0 for p in points)
+
+        hparams = f"{url}/data/plugin/hparams"
+        experiment = _post(f"{hparams}/experiment", {"experimentName": ""})
+        columns = {info["name"] for info in experiment["hparamInfos"]}
+        assert {"model.precision", "model.name", "optimizer.learning_rate",
+                "model.options.hidden_units", "training.xla"} <= columns, columns
+        groups = _post(f"{hparams}/session_groups", {
+            "experimentName": "", "startIndex": 0, "sliceSize": 10,
+            "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                                "STATUS_RUNNING"]})["sessionGroups"]
+        assert sorted(g["name"] for g in groups) == ["tiny/binary", "tiny/float"]
+        for group in groups:
+            twin = group["hparams"]["model.precision"]
+            assert group["name"] == f"tiny/{twin}"
+            metrics = {m["name"]["tag"]: m["value"] for m in group["sessions"][0]["metricValues"]}
+            assert metrics["accuracy/test"] == pytest.approx(report[twin]["test_accuracy"])
+            assert metrics["cost/step_time_ms"] > 0
 
 
 def test_resume_continues_from_saved_epoch_and_matches_uninterrupted(tmp_path, compared):
