@@ -596,33 +596,6 @@ def test_a_model_compiled_with_case_optimizer_saves_and_loads(tmp_path):
         f"{model.layers[1].name}/kernel"]
 
 
-# -- models.summary ---------------------------------------------------------------------------
-
-
-def test_summary_counts_the_tutorial_model_as_larqs_documentation_shows(capsys):
-    kwargs = dict(input_quantizer="ste_sign", kernel_quantizer="ste_sign",
-                  kernel_constraint="weight_clip", use_bias=False)
-    model = keras.Sequential([
-        keras.Input((28, 28, 1)),
-        lq.layers.QuantConv2D(32, 3, kernel_quantizer="ste_sign",
-                              kernel_constraint="weight_clip", use_bias=False),
-        keras.layers.MaxPooling2D(2), keras.layers.BatchNormalization(scale=False),
-        lq.layers.QuantConv2D(64, 3, **kwargs), keras.layers.MaxPooling2D(2),
-        keras.layers.BatchNormalization(scale=False), lq.layers.QuantConv2D(64, 3, **kwargs),
-        keras.layers.BatchNormalization(scale=False), keras.layers.Flatten(),
-        lq.layers.QuantDense(64, **kwargs), keras.layers.BatchNormalization(scale=False),
-        lq.layers.QuantDense(10, **kwargs), keras.layers.BatchNormalization(scale=False),
-        keras.layers.Activation("softmax")])
-    lines = []
-    lq.models.summary(model, print_fn=lines.append)
-    total = [line for line in lines[0].splitlines() if line.startswith("total")][0].split()
-    # Larq's tutorial prints: 93088 1-bit and 702 32-bit parameters, 14.11 kB, compression 25.97
-    assert total[1:4] == ["93,088", "702", "14.11"]
-    assert "25.97x" in lines[0]
-    lq.models.summary(model, include_macs=False)
-    assert "MACs" not in capsys.readouterr().out
-
-
 # -- saving -----------------------------------------------------------------------------------
 
 
