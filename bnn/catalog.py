@@ -76,7 +76,8 @@ QUANTIZER_ARGUMENTS: dict[str, dict[str, Any]] = {
     "swish_sign": {"beta": 5.0},
     "magnitude_aware_sign": {"clip_value": 1.0},
     "ste_heaviside": {"clip_value": 1.0},
-    "ste_tern": {"threshold_value": 0.05, "ternary_weight_networks": False, "clip_value": 1.0},
+    "ste_tern": {"threshold_value": 0.05, "ternary_weight_networks": False, "clip_value": 1.0,
+                 "inclusive": False},
     "dorefa": {"k_bit": 2, "mode": "activations"},
     "no_op": {"precision": 1},
 }

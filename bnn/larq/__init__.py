@@ -10,9 +10,11 @@ Larq into Keras 3 ``.keras`` models. Names, the import change and the known diff
 returns the Keras 3 bnn model with the same weights and outputs; ``bnn import-larq MODEL -o
 model.keras`` does the same from the command line.
 
-Layers and quantizers built through ``bnn.larq`` are saved as the bnn classes they map to
-(``QuantDense`` as :class:`bnn.layers.BinaryDense`, ``SteSign`` as
-:class:`bnn.quantizers.SteSign`, ...), so a saved model loads after ``import bnn`` alone.
+Layers built through ``bnn.larq``, and the quantizers in them, are saved as the bnn classes they
+map to (``QuantDense`` as :class:`bnn.layers.BinaryDense`, its ``SteSign`` as
+:class:`bnn.quantizers.SteSign`, ...), so a saved model loads after ``import bnn`` alone. The
+quantizers are Keras layers, as in Larq; one used as a model layer of its own is saved as
+``bnn.larq``'s class.
 """
 
 from bnn.larq import (constraints, context, conversion, layers, math, metrics, models,

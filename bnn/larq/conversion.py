@@ -296,10 +296,11 @@ def _core_quantizer(value: Any, where: str, argument: str) -> Any:
         raise _fail(where, f"{argument} {name!r} is not one of Larq's quantizers ({error})",
                     "bnn converts SteSign, ApproxSign, SwishSign, MagnitudeAwareSign, "
                     "SteHeaviside, SteTern, DoReFa and NoOp") from None
-    if not isinstance(quantizer, bq.Quantizer):
+    core = bq.equivalent(quantizer)
+    if core is None:
         raise _fail(where, f"{argument} {value!r} is not one of Larq's quantizers",
                     "bnn converts Larq's built-in quantizers only")
-    return bq.get({"name": quantizer.name, **quantizer.get_config()})
+    return core
 
 
 def _core_constraint(value: Any) -> Any:

@@ -30,6 +30,7 @@ import logging
 from typing import Any, Sequence
 
 from bnn import layers as bl
+from bnn import quantizers as bq
 from bnn.larq import constraints, context, quantizers
 from bnn.larq import metrics as larq_metrics
 from bnn.larq._saving import saves_as
@@ -50,9 +51,10 @@ def __getattr__(name: str):
 
 
 def _activation(activation: Any) -> Any:
-    """Larq lets a quantizer name serve as ``activation``; Keras 3 only knows its own names."""
+    """Larq lets a quantizer name serve as ``activation``; Keras 3 only knows its own names, so
+    the name becomes the bnn quantizer of Larq's (which a saved model loads with bnn alone)."""
     if isinstance(activation, str) and activation in quantizers.NAMES:
-        return quantizers.get(activation)
+        return bq.equivalent(quantizers.get(activation))
     return activation
 
 
@@ -113,8 +115,7 @@ class _LarqLayer:
         if training:
             for (kernel_attr, quantizer_attr), metric in zip(self._flip_ratio_kernels,
                                                               self._flip_ratios):
-                quantizer = getattr(self, quantizer_attr)
-                metric.update_state(quantizer(getattr(self, kernel_attr)))
+                metric.update_state(self._quantize(quantizer_attr, getattr(self, kernel_attr)))
 
 
 def _larq_arguments(kwargs: dict) -> dict:

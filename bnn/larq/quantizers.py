@@ -1,10 +1,20 @@
 """Larq's ``larq.quantizers`` on bnn's quantizers.
 
-Each class takes Larq's arguments (``clip_value=None`` means "no gradient clipping", ``metrics``
-asks for a flip-ratio metric) and is the bnn quantizer of the same formula
-(:mod:`bnn.quantizers`), saved as that bnn class. Strings resolve by Larq's names (``"ste_sign"``,
-``"approx_sign"``, ``"swish_sign"``, ``"magnitude_aware_sign"``, ``"ste_heaviside"``,
-``"ste_tern"``, ``"dorefa_quantizer"``) and class names (``"SteSign"``, ...).
+As in Larq, each quantizer class is a Keras layer (:class:`Quantizer`): it can be a layer of a
+Sequential or functional model, is serialized with ``get_config`` / ``from_config`` (registered
+as ``bnn.larq>SteSign``, ...), and serves as ``input_quantizer`` / ``kernel_quantizer`` of the
+quantized layers, by object or by Larq's names (``"ste_sign"``, ``"approx_sign"``,
+``"swish_sign"``, ``"magnitude_aware_sign"``, ``"ste_heaviside"``, ``"ste_tern"``,
+``"dorefa_quantizer"``) and class names (``"SteSign"``, ...). Each has Larq's ``precision`` (bits
+of its output) and ``metrics`` argument (``["flip_ratio"]`` on a kernel quantizer; see
+:mod:`bnn.larq.layers`), and Larq's attributes (``clip_value``, ``mode``, ...), read at every
+call, so changing one after construction takes effect as in Larq.
+
+Each computes the bnn quantizer of the same formula (:mod:`bnn.quantizers`) that
+:meth:`_BaseQuantizer.bnn_quantizer` builds from its current attributes; binary layers use that
+to run bnn's fast paths and to save a quantizer as bnn's, so a model of quantized layers loads
+after ``import bnn`` alone. A quantizer used as a model layer of its own is saved as this
+module's class (load it after ``import bnn.larq``).
 
 Forward passes and pseudo-gradients (sign(0) = +1 everywhere):
 
@@ -16,10 +26,13 @@ class                     forward                                         gradie
 ``SwishSign``             +1 if x >= 0 else -1                            SignSwish(beta)
 ``MagnitudeAwareSign``    sign(x) mean\\|x\\| per output channel          STE times the scale
 ``SteHeaviside``          1 if x > 0 else 0                               1 if \\|x\\| <= clip
-``SteTern``               sign(x) if \\|x\\| > threshold else 0           1 if \\|x\\| <= clip
+``SteTern``               sign(x) if \\|x\\| >= threshold else 0          1 if \\|x\\| <= clip
 ``DoReFa``                k-bit levels of [0, 1] (or of [-1, 1] weights)  see bnn.quantizers.dorefa
 ``NoOp``                  x                                               1
 ========================  ==============================================  =====================
+
+``SteTern`` follows Larq where ``|x|`` equals the threshold: ±1 (bnn's own ``ste_tern`` gives 0
+there unless ``inclusive=True``).
 """
 
 from __future__ import annotations
@@ -32,7 +45,6 @@ import tensorflow as tf
 
 from bnn import quantizers as bq
 from bnn.larq import context
-from bnn.larq._saving import saves_as
 
 __all__ = [
     "Quantizer", "SteSign", "ApproxSign", "SwishSign", "MagnitudeAwareSign", "SteHeaviside",
@@ -41,8 +53,8 @@ __all__ = [
     "deserialize",
 ]
 
-# Arguments every Larq quantizer takes because it is a tf-keras layer; they carry no meaning for
-# a quantizer (it has no weights and keeps its input's dtype), so they are accepted and dropped.
+# The Keras layer arguments of a Larq quantizer's config, left out when reading Larq's configs
+# (a tf-keras dtype policy is not Keras 3's; the name is generated anew).
 _LAYER_ARGUMENTS = ("name", "trainable", "dtype")
 
 
@@ -68,8 +80,10 @@ def swish_sign(x: tf.Tensor, beta: float = 5.0) -> tf.Tensor:
 
 def ste_tern(x: tf.Tensor, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
              clip_value: float | None = 1.0) -> tf.Tensor:
-    """Ternarization to {-1, 0, 1}, straight-through gradient where ``|x| <= clip_value``."""
-    return bq.ste_tern(x, threshold_value, ternary_weight_networks, _clip(clip_value))
+    """Ternarization to {-1, 0, 1} (``sign(x)`` where ``|x| >= threshold``, as Larq),
+    straight-through gradient where ``|x| <= clip_value``."""
+    return bq.ste_tern(x, threshold_value, ternary_weight_networks, _clip(clip_value),
+                       inclusive=True)
 
 
 def ste_heaviside(x: tf.Tensor, clip_value: float | None = 1.0) -> tf.Tensor:
@@ -78,117 +92,205 @@ def ste_heaviside(x: tf.Tensor, clip_value: float | None = 1.0) -> tf.Tensor:
 
 
 class Quantizer(keras.layers.Layer):
-    """Base class for quantizers written as Keras layers, as in Larq: subclass it, implement
-    ``call`` and set ``precision`` (bits of the output). Any callable works as a quantizer."""
+    """Base class of quantizers written as Keras layers, as in Larq: subclass it, implement
+    ``call`` and set ``precision`` (bits of the output). Any callable works as a quantizer.
+
+    A quantizer keeps its input's dtype (Keras' autocasting of inputs is off by default:
+    ``autocast=False``)."""
 
     precision: int | None = None
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("autocast", False)
+        super().__init__(**kwargs)
 
     def compute_output_shape(self, input_shape):
         return input_shape
 
 
-class _Metrics:
-    """Larq's ``metrics`` argument: the training metrics a kernel quantizer asks for."""
-
-    def _init_metrics(self, metrics: Sequence[str] | None) -> None:
-        self._custom_metrics = context.check_metrics(metrics)
-
-
-def _layer_arguments(kwargs: dict) -> None:
-    unknown = sorted(set(kwargs) - set(_LAYER_ARGUMENTS))
-    if unknown:
-        raise TypeError(f"unexpected quantizer argument(s): {', '.join(unknown)}")
-
-
-@saves_as(bq.SteSign)
-class SteSign(_Metrics, bq.SteSign):
-    """Larq's ``SteSign(clip_value=1.0, metrics=None)``: :func:`bnn.quantizers.ste_sign`."""
-
-    def __init__(self, clip_value: float | None = 1.0, metrics: Sequence[str] | None = None,
-                 **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(_clip(clip_value))
-        self._init_metrics(metrics)
-
-
-@saves_as(bq.ApproxSign)
-class ApproxSign(_Metrics, bq.ApproxSign):
-    """Larq's ``ApproxSign(metrics=None)``: :func:`bnn.quantizers.approx_sign`."""
+class _BaseQuantizer(Quantizer):
+    """Larq's quantizers: the ``metrics`` argument, and ``call`` computing the bnn quantizer
+    that :meth:`bnn_quantizer` builds from the current attributes."""
 
     def __init__(self, metrics: Sequence[str] | None = None, **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__()
-        self._init_metrics(metrics)
+        super().__init__(**kwargs)
+        self._custom_metrics = context.check_metrics(metrics)
+        self._core()  # bad arguments fail here already
+
+    def _core(self) -> bq.Quantizer:
+        """The bnn quantizer of this quantizer's formula and current attributes."""
+        raise NotImplementedError
+
+    def bnn_quantizer(self) -> bq.Quantizer | None:
+        """The bnn quantizer that computes what this one does now (None for a subclass with a
+        ``call`` of its own): the same object while the attributes stay the same, since Keras
+        tells shared objects apart by identity when it saves a model. Raises ``ValueError`` for
+        an attribute set to a bad value."""
+        if type(self).call is not _BaseQuantizer.call:
+            return None
+        core = self._core()
+        if core != getattr(self, "_bnn_quantizer", None):
+            self._bnn_quantizer = core
+        return self._bnn_quantizer
+
+    def call(self, inputs):
+        return self._core()(inputs)
+
+    def get_config(self) -> dict[str, Any]:
+        """The Keras layer's config (``name``, ``trainable``, ``dtype``); each class adds its
+        arguments. ``metrics`` is not saved, as in Larq."""
+        return super().get_config()
 
 
-@saves_as(bq.SwishSign)
-class SwishSign(_Metrics, bq.SwishSign):
-    """Larq's ``SwishSign(beta=5.0, metrics=None)``: :func:`bnn.quantizers.swish_sign`."""
-
-    def __init__(self, beta: float = 5.0, metrics: Sequence[str] | None = None, **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(beta)
-        self._init_metrics(metrics)
+def _register(cls: type) -> type:
+    return keras.saving.register_keras_serializable(package="bnn.larq")(cls)
 
 
-@saves_as(bq.MagnitudeAwareSign)
-class MagnitudeAwareSign(_Metrics, bq.MagnitudeAwareSign):
-    """Larq's ``MagnitudeAwareSign(clip_value=1.0, metrics=None)``:
-    :func:`bnn.quantizers.magnitude_aware_sign`."""
-
-    def __init__(self, clip_value: float | None = 1.0, metrics: Sequence[str] | None = None,
-                 **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(_clip(clip_value))
-        self._init_metrics(metrics)
-
-
-@saves_as(bq.SteHeaviside)
-class SteHeaviside(_Metrics, bq.SteHeaviside):
-    """Larq's ``SteHeaviside(clip_value=1.0, metrics=None)``:
-    :func:`bnn.quantizers.ste_heaviside`."""
-
-    def __init__(self, clip_value: float | None = 1.0, metrics: Sequence[str] | None = None,
-                 **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(_clip(clip_value))
-        self._init_metrics(metrics)
-
-
-@saves_as(bq.SteTern)
-class SteTern(_Metrics, bq.SteTern):
-    """Larq's ``SteTern(threshold_value=0.05, ternary_weight_networks=False, clip_value=1.0,
-    metrics=None)``: :func:`bnn.quantizers.ste_tern`."""
-
-    def __init__(self, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
-                 clip_value: float | None = 1.0, metrics: Sequence[str] | None = None,
-                 **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(threshold_value, ternary_weight_networks, _clip(clip_value))
-        self._init_metrics(metrics)
-
-
-@saves_as(bq.DoReFa)
-class DoReFa(_Metrics, bq.DoReFa):
-    """Larq's ``DoReFa(k_bit=2, mode="activations", metrics=None)``:
-    :func:`bnn.quantizers.dorefa`."""
-
-    def __init__(self, k_bit: int = 2, mode: str = "activations",
-                 metrics: Sequence[str] | None = None, **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(k_bit, mode)
-        self._init_metrics(metrics)
-
-
-@saves_as(bq.NoOp)
-class NoOp(_Metrics, bq.NoOp):
+@_register
+class NoOp(_BaseQuantizer):
     """Larq's ``NoOp(precision, metrics=None)``: the identity, tagging the precision of a kernel
     (``NoOp(precision=1)`` marks ±1 kernels for :class:`bnn.larq.optimizers.Bop`)."""
 
-    def __init__(self, precision: int, metrics: Sequence[str] | None = None, **kwargs):
-        _layer_arguments(kwargs)
-        super().__init__(precision)
-        self._init_metrics(metrics)
+    precision = None
+
+    def __init__(self, precision: int, **kwargs):
+        self.precision = precision
+        super().__init__(**kwargs)
+
+    def _core(self) -> bq.Quantizer:
+        return bq.NoOp(self.precision)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "precision": self.precision}
+
+
+@_register
+class SteSign(_BaseQuantizer):
+    """Larq's ``SteSign(clip_value=1.0, metrics=None)``: :func:`bnn.quantizers.ste_sign`
+    (``clip_value=None``: no clipping)."""
+
+    precision = 1
+
+    def __init__(self, clip_value: float | None = 1.0, **kwargs):
+        self.clip_value = clip_value
+        super().__init__(**kwargs)
+
+    def _core(self) -> bq.Quantizer:
+        return bq.SteSign(_clip(self.clip_value))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "clip_value": self.clip_value}
+
+
+@_register
+class ApproxSign(_BaseQuantizer):
+    """Larq's ``ApproxSign(metrics=None)``: :func:`bnn.quantizers.approx_sign`."""
+
+    precision = 1
+
+    def _core(self) -> bq.Quantizer:
+        return bq.ApproxSign()
+
+
+@_register
+class SteHeaviside(_BaseQuantizer):
+    """Larq's ``SteHeaviside(clip_value=1.0, metrics=None)``:
+    :func:`bnn.quantizers.ste_heaviside`."""
+
+    precision = 1
+
+    def __init__(self, clip_value: float | None = 1.0, **kwargs):
+        self.clip_value = clip_value
+        super().__init__(**kwargs)
+
+    def _core(self) -> bq.Quantizer:
+        return bq.SteHeaviside(_clip(self.clip_value))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "clip_value": self.clip_value}
+
+
+@_register
+class SwishSign(_BaseQuantizer):
+    """Larq's ``SwishSign(beta=5.0, metrics=None)``: :func:`bnn.quantizers.swish_sign`."""
+
+    precision = 1
+
+    def __init__(self, beta: float = 5.0, **kwargs):
+        self.beta = beta
+        super().__init__(**kwargs)
+
+    def _core(self) -> bq.Quantizer:
+        return bq.SwishSign(self.beta)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "beta": self.beta}
+
+
+@_register
+class MagnitudeAwareSign(_BaseQuantizer):
+    """Larq's ``MagnitudeAwareSign(clip_value=1.0, metrics=None)``:
+    :func:`bnn.quantizers.magnitude_aware_sign`."""
+
+    precision = 1
+
+    def __init__(self, clip_value: float | None = 1.0, **kwargs):
+        self.clip_value = clip_value
+        super().__init__(**kwargs)
+
+    def _core(self) -> bq.Quantizer:
+        return bq.MagnitudeAwareSign(_clip(self.clip_value))
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "clip_value": self.clip_value}
+
+
+@_register
+class SteTern(_BaseQuantizer):
+    """Larq's ``SteTern(threshold_value=0.05, ternary_weight_networks=False, clip_value=1.0,
+    metrics=None)``: :func:`bnn.quantizers.ste_tern` with Larq's rule at the threshold
+    (``inclusive=True``: ``|x| >= threshold`` gives ``sign(x)``)."""
+
+    precision = 2
+
+    def __init__(self, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
+                 clip_value: float | None = 1.0, **kwargs):
+        self.threshold_value = threshold_value
+        self.ternary_weight_networks = ternary_weight_networks
+        self.clip_value = clip_value
+        super().__init__(**kwargs)
+
+    def _core(self) -> bq.Quantizer:
+        return bq.SteTern(self.threshold_value, self.ternary_weight_networks,
+                          _clip(self.clip_value), inclusive=True)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "threshold_value": self.threshold_value,
+                "ternary_weight_networks": self.ternary_weight_networks,
+                "clip_value": self.clip_value}
+
+
+@_register
+class DoReFa(_BaseQuantizer):
+    """Larq's ``DoReFa(k_bit=2, mode="activations", metrics=None)``:
+    :func:`bnn.quantizers.dorefa`. As in Larq, ``precision`` holds ``k_bit``."""
+
+    precision = None
+
+    def __init__(self, k_bit: int = 2, mode: str = "activations", **kwargs):
+        self.precision = k_bit
+        self.mode = mode
+        super().__init__(**kwargs)
+
+    @property
+    def k_bit(self) -> int:
+        return self.precision
+
+    def _core(self) -> bq.Quantizer:
+        return bq.DoReFa(self.precision, self.mode)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "k_bit": self.precision, "mode": self.mode}
 
 
 DoReFaQuantizer = DoReFa
@@ -208,7 +310,7 @@ _FUNCTIONS = {"ste_sign": SteSign, "approx_sign": ApproxSign, "swish_sign": Swis
               "ste_tern": SteTern, "ste_heaviside": SteHeaviside}
 
 
-def _from_larq_config(class_name: str, config: dict[str, Any]) -> bq.Quantizer:
+def _from_larq_config(class_name: str, config: dict[str, Any]) -> Quantizer:
     cls = NAMES[class_name]
     config = {k: v for k, v in config.items() if k not in _LAYER_ARGUMENTS}
     if cls is DoReFa and "k_bit" not in config and "precision" in config:
@@ -250,13 +352,14 @@ def get_kernel_quantizer(identifier: Any) -> Any:
     """:func:`get`, and a quantizer of this module without ``metrics`` takes those of the current
     :func:`bnn.larq.context.metrics_scope`."""
     quantizer = get(identifier)
-    if isinstance(quantizer, _Metrics) and not quantizer._custom_metrics:
+    if isinstance(quantizer, _BaseQuantizer) and not quantizer._custom_metrics:
         quantizer._custom_metrics = sorted(context.get_training_metrics())
     return quantizer
 
 
 def serialize(quantizer: Any) -> Any:
-    """The Keras config of ``quantizer`` (``None`` for no quantizer)."""
+    """The Keras config of ``quantizer`` (``None`` for no quantizer); :func:`deserialize` gives
+    an equal quantizer of the same class back."""
     return None if quantizer is None else keras.saving.serialize_keras_object(quantizer)
 
 

@@ -26,7 +26,8 @@ from bnn.native import dispatch
 from bnn.ops.xla import in_xla_context
 from bnn.quantizers.sign import ste_sign
 
-__all__ = ["QuantizedLayer", "BinaryKernelLayer", "DEFAULT_CONSTRAINT", "check_precision"]
+__all__ = ["QuantizedLayer", "BinaryKernelLayer", "DEFAULT_CONSTRAINT", "check_precision",
+           "quantize"]
 
 #: The constraint argument's default: ``WeightClip(1.0)`` for a binary layer, none for a float
 #: one.
@@ -36,6 +37,25 @@ DEFAULT_CONSTRAINT = "default"
 # where a Keras lacks it, kernels are read autocast, as Keras reads them).
 _AUTOCAST_SCOPE = getattr(getattr(getattr(keras, "src", None), "backend", None), "AutocastScope",
                           None)
+
+
+def quantize(quantizer: Any, x) -> tf.Tensor:
+    """``quantizer(x)``, through the quantizer's bnn equivalent where it has one
+    (:func:`bnn.quantizers.equivalent`: the same values, bnn's code), else called on the value
+    of ``x``, a tensor even where ``x`` is a kernel variable, as Larq calls quantizers: so a
+    user's function with a custom gradient (TensorFlow's decorator refuses variables in eager
+    mode) runs eagerly too, and the gradient it defines reaches the variable through the
+    read."""
+    core = quantizers_lib.equivalent(quantizer)
+    if core is not None:
+        return core(x)
+    return quantizer(tf.convert_to_tensor(x))
+
+
+def _plus_minus_one(quantizer: Any) -> bool:
+    """Whether every output of ``quantizer`` is exactly +1 or -1."""
+    return bool(getattr(quantizers_lib.equivalent(quantizer) or quantizer, "plus_minus_one",
+                        False))
 
 
 def check_precision(precision: str, what: str) -> None:
@@ -97,13 +117,13 @@ class QuantizedLayer:
 
     def _quantize_inputs(self, inputs):
         if self.quantized and self.input_quantizer is not None:
-            return self.input_quantizer(inputs)
+            return quantize(self.input_quantizer, inputs)
         return inputs
 
     def _quantize(self, quantizer: str, kernel) -> tf.Tensor:
         """``kernel`` through the quantizer named ``quantizer`` when quantized and set."""
         q = getattr(self, quantizer)
-        return kernel if not self.quantized or q is None else q(kernel)
+        return kernel if not self.quantized or q is None else quantize(q, kernel)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "precision": self.precision,
@@ -139,7 +159,7 @@ class BinaryKernelLayer(QuantizedLayer):
                 f"layer {self.name!r} has precision={self.precision!r} and kernel_quantizer="
                 f"{self.kernel_quantizer!r}, so it has no binary kernel; read layer.kernel instead"
             )
-        return self.kernel_quantizer(self.kernel)
+        return quantize(self.kernel_quantizer, self.kernel)
 
     def kernel_scale(self) -> tf.Tensor | None:
         """Per-output-channel scale ``mean(|W|)`` (XNOR-Net), or None when ``scale_kernel`` is off."""
@@ -151,7 +171,7 @@ class BinaryKernelLayer(QuantizedLayer):
     def _kernel_in_range(self) -> bool:
         """True for an ``ste_sign`` kernel whose ``WeightClip`` keeps every latent weight inside
         the quantizer's ``clip_value``: its straight-through mask is then all ones."""
-        q, c = self.kernel_quantizer, self.kernel_constraint
+        q, c = quantizers_lib.equivalent(self.kernel_quantizer), self.kernel_constraint
         return (isinstance(q, quantizers_lib.SteSign) and isinstance(c, WeightClip)
                 and c.clip_value <= q.get_config()["clip_value"])
 
@@ -166,7 +186,7 @@ class BinaryKernelLayer(QuantizedLayer):
         elif self._kernel_in_range():
             kernel = ste_sign(self.kernel, clip_value=float("inf"))
         else:
-            kernel = self.kernel_quantizer(self.kernel)
+            kernel = quantize(self.kernel_quantizer, self.kernel)
         scale = self.kernel_scale()
         return kernel if scale is None else kernel * ops.cast(scale, kernel.dtype)
 
@@ -183,10 +203,9 @@ class BinaryKernelLayer(QuantizedLayer):
     def _product(self, x, training) -> str:
         """``"packed"``, ``"sign_kernel"`` or ``"float"`` for this call (see the class)."""
         sign_kernel = (self.quantized and not self.scale_kernel
-                       and getattr(self.kernel_quantizer, "plus_minus_one", False)
+                       and _plus_minus_one(self.kernel_quantizer)
                        and dispatch.packed_forward(self.compute_dtype))
-        if sign_kernel and getattr(self.input_quantizer, "plus_minus_one", False) and \
-                self._packs(x):
+        if sign_kernel and _plus_minus_one(self.input_quantizer) and self._packs(x):
             return "packed"
         if (sign_kernel and training is True and self.input_quantizer is None
                 and len(x.shape) == 2 and x.dtype == tf.float32

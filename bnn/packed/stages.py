@@ -41,10 +41,10 @@ def _check_binary_layer(layer, first: bool, where: str) -> bool:
     if layer.precision != "binary":
         raise _fail(name, "has precision='float' (a float twin)",
                     "export the binary model (RUN_DIR/binary/model.keras)")
-    binarized = isinstance(layer.input_quantizer, quantizers.SteSign)
+    binarized = isinstance(quantizers.equivalent(layer.input_quantizer), quantizers.SteSign)
     if layer.kernel_quantizer is None and first and not binarized:
         pass  # a real-valued first layer: its float32 kernel is stored as is
-    elif not isinstance(layer.kernel_quantizer, quantizers.SteSign):
+    elif not isinstance(quantizers.equivalent(layer.kernel_quantizer), quantizers.SteSign):
         raise _fail(name, f"kernel_quantizer {layer.kernel_quantizer!r} is not supported",
                     f"supported: {SUPPORTED}")
     if layer.scale_kernel:

@@ -9,7 +9,7 @@ with :func:`register`.
 """
 
 from bnn.catalog import DOREFA_MODES
-from bnn.quantizers.base import Quantizer, get, names, register, serialize
+from bnn.quantizers.base import Quantizer, equivalent, get, names, register, serialize
 from bnn.quantizers.multibit import DoReFa, NoOp, SteTern, dorefa, no_op, ste_tern
 from bnn.quantizers.sign import (ApproxSign, MagnitudeAwareSign, SteHeaviside, SteSign,
                                  SwishSign, approx_sign, magnitude_aware_sign, ste_heaviside,
@@ -18,4 +18,4 @@ from bnn.quantizers.sign import (ApproxSign, MagnitudeAwareSign, SteHeaviside, S
 __all__ = ["Quantizer", "SteSign", "ApproxSign", "SwishSign", "MagnitudeAwareSign",
            "SteHeaviside", "SteTern", "DoReFa", "NoOp", "ste_sign", "approx_sign", "swish_sign",
            "magnitude_aware_sign", "ste_heaviside", "ste_tern", "dorefa", "no_op", "get",
-           "serialize", "register", "names", "DOREFA_MODES"]
+           "serialize", "equivalent", "register", "names", "DOREFA_MODES"]

@@ -1,5 +1,6 @@
 """What every quantizer is: a light callable with a registered name and a config, found by
-:func:`get` from a name, a dict, a Keras config, a callable or ``None``."""
+:func:`get` from a name, a dict, a Keras config, a callable or ``None``; and the bnn quantizer
+another quantizer object stands for (:func:`equivalent`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any, Callable
 import keras
 import tensorflow as tf
 
-__all__ = ["Quantizer", "register", "names", "get", "serialize"]
+__all__ = ["Quantizer", "register", "names", "get", "serialize", "equivalent"]
 
 _REGISTRY: dict[str, type[Quantizer]] = {}
 _FUNCTIONS: dict[Callable, type[Quantizer]] = {}
@@ -102,8 +103,27 @@ def get(identifier: Any) -> Quantizer | Callable | None:
     )
 
 
+def equivalent(quantizer: Any) -> Quantizer | None:
+    """The bnn :class:`Quantizer` that computes exactly what ``quantizer`` computes, or None.
+
+    A bnn quantizer is its own equivalent. Another object declares one through a
+    ``bnn_quantizer()`` method returning a :class:`Quantizer` (or None), the same object while
+    its settings stay the same (Keras tells shared objects apart by identity when it saves a
+    model): bnn.larq's Keras-layer quantizers do, so binary layers run their fast paths with
+    them and save them as bnn's.
+    Anything else (a plain function, a Keras layer of one's own) has none and is called as it
+    is.
+    """
+    if quantizer is None or isinstance(quantizer, Quantizer):
+        return quantizer
+    declared = getattr(type(quantizer), "bnn_quantizer", None)
+    found = declared(quantizer) if callable(declared) else None
+    return found if isinstance(found, Quantizer) else None
+
+
 def serialize(quantizer: Quantizer | Callable | None) -> Any:
-    """Inverse of :func:`get`: None, or a Keras-serialized object."""
+    """Inverse of :func:`get`: None, or the Keras config of ``quantizer``'s :func:`equivalent`
+    where it has one (so it loads with bnn alone), else of ``quantizer`` itself."""
     if quantizer is None:
         return None
-    return keras.saving.serialize_keras_object(quantizer)
+    return keras.saving.serialize_keras_object(equivalent(quantizer) or quantizer)

@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from bnn.catalog import DOREFA_MODES
 from bnn.ops.gradients import clipped_gradient, override
-from bnn.ops.sign import sign
 from bnn.quantizers.base import Quantizer, register
 
 __all__ = ["ste_tern", "dorefa", "no_op", "SteTern", "DoReFa", "NoOp"]
@@ -21,23 +20,26 @@ __all__ = ["ste_tern", "dorefa", "no_op", "SteTern", "DoReFa", "NoOp"]
 
 def ste_tern(
     x: tf.Tensor, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
-    clip_value: float = 1.0,
+    clip_value: float = 1.0, inclusive: bool = False,
 ) -> tf.Tensor:
     r"""Ternarization to {-1, 0, +1} with the straight-through estimator.
 
     Forward: :math:`q(x) = \mathrm{sign}(x)` if :math:`|x| > \Delta`, else 0, where
-    :math:`\Delta` is ``threshold_value``, or :math:`0.7\,\mathrm{mean}(|x|)` when
-    ``ternary_weight_networks`` (Li et al. 2016).
+    :math:`\Delta` is ``threshold_value``, or :math:`0.7 \sum |x_i| / n` over the whole tensor
+    when ``ternary_weight_networks`` (Li et al. 2016). ``inclusive=True`` quantizes
+    :math:`|x| = \Delta` to :math:`\mathrm{sign}(x)` as well (Larq's rule: :math:`|x| \ge
+    \Delta`; 0 stays 0); the default follows the paper, 0 there.
 
     Backward: :math:`\partial q / \partial x = 1` if :math:`|x| \le` ``clip_value``, else 0.
     """
 
     def forward(x):
         if ternary_weight_networks:
-            delta = 0.7 * tf.reduce_mean(tf.abs(x))
+            delta = 0.7 * tf.reduce_sum(tf.abs(x)) / tf.cast(tf.size(x), x.dtype)
         else:
             delta = tf.cast(threshold_value, x.dtype)
-        return sign(x) * tf.cast(tf.abs(x) > delta, x.dtype)
+        outside = tf.abs(x) >= delta if inclusive else tf.abs(x) > delta
+        return tf.sign(x) * tf.cast(outside, x.dtype)
 
     return override(forward, lambda dy, x: clipped_gradient(dy, x, -clip_value, clip_value),
                     "ste_tern")(tf.convert_to_tensor(x))
@@ -90,10 +92,12 @@ class SteTern(Quantizer):
     name, function, precision = "ste_tern", staticmethod(ste_tern), 2
 
     def __init__(self, threshold_value: float = 0.05, ternary_weight_networks: bool = False,
-                 clip_value: float = 1.0):
+                 clip_value: float = 1.0, inclusive: bool = False):
+        if float(threshold_value) < 0:
+            raise ValueError(f"ste_tern threshold_value must be >= 0, got {threshold_value!r}")
         super().__init__(threshold_value=float(threshold_value),
                          ternary_weight_networks=bool(ternary_weight_networks),
-                         clip_value=float(clip_value))
+                         clip_value=float(clip_value), inclusive=bool(inclusive))
 
 
 @register
