@@ -10,6 +10,10 @@ Larq into Keras 3 ``.keras`` models. Names, the import change and the known diff
 returns the Keras 3 bnn model with the same weights and outputs; ``bnn import-larq MODEL -o
 model.keras`` does the same from the command line.
 
+Importing this package registers Larq's names with Keras (:mod:`bnn.larq.keras_names`):
+``kernel_constraint="weight_clip"``, ``activation="leaky_tanh"``, ``keras.optimizers.get("Bop")``,
+``keras.metrics.get("flip_ratio")`` and configs that name Larq's classes resolve, as with Larq.
+
 Layers built through ``bnn.larq``, and the quantizers in them, are saved as the bnn classes they
 map to (``QuantDense`` as :class:`bnn.layers.BinaryDense`, its ``SteSign`` as
 :class:`bnn.quantizers.SteSign`, ...), so a saved model loads after ``import bnn`` alone. The
@@ -17,9 +21,10 @@ quantizers are Keras layers, as in Larq; one used as a model layer of its own is
 ``bnn.larq``'s class.
 """
 
-from bnn.larq import (constraints, context, conversion, layers, math, metrics, models,
-                      optimizers, quantizers)
+from bnn.larq import (activations, constraints, context, conversion, layers, math, metrics,
+                      models, optimizers, quantizers)
+from bnn.larq import keras_names  # noqa: F401  (registers Larq's names with Keras)
 from bnn.larq.conversion import ConversionError, convert
 
-__all__ = ["constraints", "context", "conversion", "layers", "math", "metrics", "models",
-           "optimizers", "quantizers", "convert", "ConversionError"]
+__all__ = ["activations", "constraints", "context", "conversion", "layers", "math", "metrics",
+           "models", "optimizers", "quantizers", "convert", "ConversionError"]

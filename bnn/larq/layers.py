@@ -93,7 +93,7 @@ class _LarqLayer:
             if "flip_ratio" in wanted:
                 suffix = "" if len(self._kernels) == 1 else "/" + kernel_attr
                 tracked.append((kernel_attr, quantizer_attr))
-                metrics.append(larq_metrics.FlipRatio(tuple(kernel.shape),
+                metrics.append(larq_metrics.FlipRatio(values_shape=tuple(kernel.shape),
                                                       name=f"flip_ratio/{self.name}{suffix}"))
         self._flip_ratio_kernels = tuple(tracked)
         self._flip_ratios = metrics

@@ -30,40 +30,42 @@ class FlipRatio(keras.metrics.Metric):
         m.update_state((2, 2))  # result 1
         m.update_state((1, 2))  # result 0.75
 
-    Args:
-        values_shape: shape of the tracked tensor; ``None`` to take it from the first update
-            (eager only).
+    Args (Larq's, in Larq's order):
         values_dtype: dtype the values are compared in (Larq: int8).
+        name: name of the metric.
+        dtype: dtype of the running mean.
+        values_shape: (keyword only) shape of the tracked tensor; ``None`` to take it from the
+            first update (eager only), or from :meth:`build`.
     """
 
-    def __init__(self, values_shape: Sequence[int] | None = None, values_dtype: str = "int8",
-                 name: str = "flip_ratio", dtype=None):
+    def __init__(self, values_dtype: str = "int8", name: str = "flip_ratio", dtype=None, *,
+                 values_shape: Sequence[int] | None = None):
         super().__init__(name=name, dtype=dtype)
         self.values_dtype = tf.as_dtype(values_dtype)
         self.total = self.add_variable(shape=(), initializer="zeros", name="total",
                                        aggregation="only_first_replica")
         self.count = self.add_variable(shape=(), initializer="zeros", name="count",
                                        aggregation="only_first_replica")
-        self._previous = None
+        self._previous_values = None
         if values_shape is not None:
             self.build(values_shape)
 
     def build(self, values_shape: Sequence[int]) -> None:
         """Creates the variable that records the previous values."""
         self._size = float(np.prod(values_shape))
-        self._previous = self.add_variable(shape=tuple(values_shape), initializer="zeros",
+        self._previous_values = self.add_variable(shape=tuple(values_shape), initializer="zeros",
                                            dtype=self.values_dtype.name, name="previous_values",
                                            aggregation="only_first_replica")
 
     def update_state(self, values, sample_weight=None):
         values = tf.cast(values, self.values_dtype)
-        if self._previous is None:
+        if self._previous_values is None:
             self.build(tuple(values.shape))
-        unchanged = tf.math.count_nonzero(tf.equal(self._previous.value, values))
+        unchanged = tf.math.count_nonzero(tf.equal(self._previous_values.value, values))
         ratio = 1.0 - tf.cast(unchanged, self.dtype) / tf.cast(self._size, self.dtype)
         self.total.assign_add(ratio * tf.sign(self.count.value))
         self.count.assign_add(tf.ones((), self.dtype))
-        self._previous.assign(values)
+        self._previous_values.assign(values)
 
     def result(self):
         return tf.math.divide_no_nan(self.total.value, self.count.value - 1.0)

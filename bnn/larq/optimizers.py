@@ -4,7 +4,9 @@
   stay ±1 (bnn's :class:`bnn.optimizers.Bop` only flips signs and keeps ``|w|``).
 * :class:`CaseOptimizer` takes Larq's ``(predicate, optimizer)`` pairs and
   ``default_optimizer``: a variable claimed by two predicates, or an optimizer that claims no
-  variable, is an error; without a default optimizer, unclaimed variables are not trained.
+  variable, is an error; without a default optimizer, unclaimed variables are not trained. It
+  saves, as Larq's does, before and after its first step (``keras.optimizers.serialize``,
+  ``model.save``), and its ``variables`` hold each optimizer's state (Larq's ``weights``).
 
 Both are Keras 3 optimizers; ``default_optimizer`` is any Keras 3 optimizer
 (``tf.keras.optimizers.Adam(...)`` on TensorFlow 2.16+ is one).
@@ -19,6 +21,7 @@ import keras
 from keras import ops
 
 from bnn import optimizers as bo
+from bnn.optimizers.case import saveable
 
 __all__ = ["Bop", "CaseOptimizer"]
 
@@ -33,8 +36,16 @@ def _serialize_hyper(value: Any) -> Any:
     return keras.saving.serialize_keras_object(value) if isinstance(value, _Schedule) else value
 
 
-def _deserialize_hyper(value: Any) -> Any:
-    return keras.saving.deserialize_keras_object(value) if isinstance(value, dict) else value
+def _deserialize_hyper(value: Any, custom_objects=None) -> Any:
+    """A float, or a schedule from its Keras 3 or tf-keras (Larq's) config. tf-keras saves an
+    unnamed schedule with ``name: None``, which Keras 3's schedules cannot run with: they then
+    take their default name."""
+    if not isinstance(value, dict):
+        return value
+    value = dict(value)
+    if isinstance(value.get("config"), dict) and value["config"].get("name", "") is None:
+        value["config"] = {k: v for k, v in value["config"].items() if k != "name"}
+    return keras.optimizers.schedules.deserialize(value, custom_objects=custom_objects)
 
 
 @keras.saving.register_keras_serializable(package="bnn.larq")
@@ -82,15 +93,24 @@ class Bop(bo.Bop):
         config = dict(config)
         for key in ("gamma", "threshold"):
             if key in config:
-                config[key] = _deserialize_hyper(config[key])
+                config[key] = _deserialize_hyper(config[key], custom_objects)
         return cls(**config)
 
     @staticmethod
     def is_binary_variable(var) -> bool:
         """True for variables tagged ``precision == 1``: the kernels of
         :mod:`bnn.larq.layers` layers whose quantizer has 1-bit outputs (``"ste_sign"``,
-        ``NoOp(precision=1)``, ...)."""
+        ``NoOp(precision=1)``, ...). A :class:`CaseOptimizer` saves it as a predicate."""
         return getattr(var, "precision", 32) == 1
+
+
+keras.saving.register_keras_serializable("bnn.larq", "is_binary_variable")(Bop.is_binary_variable)
+
+
+def _not_saved(variable) -> bool:
+    """Stands for a predicate that a saved :class:`CaseOptimizer` could not keep (Larq keeps
+    none): it claims no variable."""
+    return False
 
 
 @keras.saving.register_keras_serializable(package="bnn.larq")
@@ -120,8 +140,10 @@ class CaseOptimizer(bo.CaseOptimizer):
     * an optimizer whose predicate claims no variable raises ValueError;
     * without ``default_optimizer``, unclaimed variables stay as they are, with a warning.
 
-    Saved models record which variables each optimizer trains (the predicates themselves are not
-    saved), as Larq does.
+    Saved after its first step, it records which variables each optimizer trains, as Larq does.
+    Saved before, it records each predicate that Keras can save (:meth:`Bop.is_binary_variable`,
+    a registered function, :class:`bnn.optimizers.VariablePaths`); another predicate (a lambda)
+    is not saved, as in Larq, and the loaded optimizer says so if that case is used.
 
     Raises:
         TypeError: for a predicate that is not callable or an optimizer that is not a Keras
@@ -159,16 +181,36 @@ class CaseOptimizer(bo.CaseOptimizer):
         if self.built:
             return
         routes = [self._route(variable) for variable in variables]
-        for i, optimizer in enumerate(self.optimizers[:-1]):
-            if i not in routes:
-                raise ValueError(f"optimizer {optimizer.name!r} (case {i}) did not claim any "
-                                 "variables; check its predicate")
         unclaimed = [v.path for v, r in zip(variables, routes) if r == len(self.optimizers) - 1]
         if unclaimed and not self._has_default:
             warnings.warn(f"no default_optimizer: {len(unclaimed)} variables claimed by no "
                           f"predicate are not trained ({', '.join(unclaimed[:3])}...)",
                           stacklevel=2)
         super().build(variables)
+
+    def apply(self, grads, trainable_variables=None) -> None:
+        """As :class:`bnn.optimizers.CaseOptimizer`; first, as Larq, a ValueError if one of the
+        optimizers claims no variable (checked here, not when Keras builds this optimizer on
+        loading a model, so that a model loads whatever its variables)."""
+        if not self.built and trainable_variables is not None:
+            self.build(list(trainable_variables))
+        for i, (predicate, indices) in enumerate(zip(self.predicates, self._routes)):
+            if not indices:
+                name = self.optimizers[i].name
+                if predicate is _not_saved:
+                    raise ValueError(
+                        f"optimizer {name!r} (case {i}) has no predicate: it was not saved with "
+                        "this CaseOptimizer (Keras saves Bop.is_binary_variable and registered "
+                        "functions, not lambdas); compile with a new CaseOptimizer")
+                if predicate is Bop.is_binary_variable:
+                    raise ValueError(
+                        f"optimizer {name!r} (case {i}) did not claim any variables: "
+                        "Bop.is_binary_variable claims the kernels that bnn.larq's layers tag "
+                        "as 1-bit, and a loaded model's layers (bnn's) carry no tags; use "
+                        "bnn.optimizers.is_binary_variable_of(model) as the predicate")
+                raise ValueError(f"optimizer {name!r} (case {i}) did not claim any variables; "
+                                 "check its predicate")
+        return super().apply(grads, trainable_variables)
 
     def get_config(self) -> dict[str, Any]:
         if self.built:
@@ -177,13 +219,7 @@ class CaseOptimizer(bo.CaseOptimizer):
                           for indices in self._routes[:-1]]
         else:
             predicates = self.predicates
-        for i, predicate in enumerate(predicates):
-            if not hasattr(predicate, "get_config"):
-                raise ValueError(
-                    f"CaseOptimizer case {i} has predicate {predicate!r}, which cannot be saved "
-                    "before the optimizer is built; save after the first training step (the "
-                    "variables each optimizer trains are then saved instead of the predicates)")
-        cases = [{"predicate": keras.saving.serialize_keras_object(p),
+        cases = [{"predicate": keras.saving.serialize_keras_object(p) if saveable(p) else None,
                   "optimizer": keras.saving.serialize_keras_object(o)}
                  for p, o in zip(predicates, self.optimizers[:-1])]
         default = (keras.saving.serialize_keras_object(self.optimizers[-1])
@@ -193,8 +229,14 @@ class CaseOptimizer(bo.CaseOptimizer):
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects=None) -> CaseOptimizer:
         config = dict(config)
+        if "cases" not in config:
+            raise ValueError("a CaseOptimizer needs its (predicate, optimizer) pairs and cannot "
+                             "be made from its name alone; pass CaseOptimizer((predicate, "
+                             "optimizer), ..., default_optimizer=...) itself")
 
         def load(item):
+            if item is None:
+                return _not_saved
             return keras.saving.deserialize_keras_object(item, custom_objects=custom_objects)
 
         cases = [(load(c["predicate"]), load(c["optimizer"])) for c in config.pop("cases")]

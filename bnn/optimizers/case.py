@@ -3,6 +3,7 @@ saveable predicate that picks a model's binary kernels (:func:`is_binary_variabl
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import keras
@@ -10,7 +11,7 @@ import keras
 from bnn.layers.walk import all_layers, binary_kernel_layers
 from bnn.optimizers.adam import Adam
 
-__all__ = ["CaseOptimizer", "VariablePaths", "is_binary_variable_of"]
+__all__ = ["CaseOptimizer", "VariablePaths", "is_binary_variable_of", "saveable"]
 
 
 @keras.saving.register_keras_serializable(package="bnn")
@@ -70,8 +71,20 @@ def is_binary_variable_of(model: keras.Model) -> VariablePaths:
                           for kernel in layer.binary_kernels()])
 
 
+def saveable(predicate: Callable) -> bool:
+    """Whether Keras saves ``predicate`` so that it loads back: an object with ``get_config``
+    (:class:`VariablePaths`), or a function registered with
+    ``keras.saving.register_keras_serializable``. A lambda or another function is not."""
+    if hasattr(predicate, "get_config"):
+        return True
+    if getattr(predicate, "__name__", None) is None:
+        return False
+    return keras.saving.get_registered_object(
+        keras.saving.get_registered_name(predicate)) is predicate
+
+
 def _serialize_predicate(predicate: Callable, index: int) -> Any:
-    if not hasattr(predicate, "get_config"):
+    if not saveable(predicate):
         raise ValueError(
             f"CaseOptimizer case {index} has predicate {predicate!r}, which cannot be saved; "
             "use bnn.optimizers.VariablePaths (or is_binary_variable_of(model)) to save the model"
@@ -92,9 +105,11 @@ class CaseOptimizer(keras.optimizers.Optimizer):
             default=keras.optimizers.Adam(1e-3)), loss=...)
 
     ``learning_rate`` reads and sets the default optimizer's, so learning-rate schedules in
-    callbacks apply to the default optimizer. Works under ``tf.function``, XLA
-    (``jit_compile=True``), ``model.save`` / ``keras.saving.load_model`` (predicates must then be
-    :class:`VariablePaths`) and ``tf.train.Checkpoint``.
+    callbacks apply to the default optimizer. ``variables`` lists this optimizer's own (its step
+    count) and then each case's optimizer's, in case order, the default's last. Works under
+    ``tf.function``, XLA (``jit_compile=True``), ``model.save`` / ``keras.saving.load_model``
+    (predicates must then be :func:`saveable`: :class:`VariablePaths` or registered functions)
+    and ``tf.train.Checkpoint``.
     """
 
     def __init__(self, *cases: tuple[Callable, keras.optimizers.Optimizer],
@@ -123,6 +138,27 @@ class CaseOptimizer(keras.optimizers.Optimizer):
     @learning_rate.setter
     def learning_rate(self, value) -> None:
         self.optimizers[-1].learning_rate = value
+
+    @property
+    def variables(self) -> list:
+        return self._variables[:] + [variable for optimizer in getattr(self, "optimizers", ())
+                      for variable in optimizer.variables]
+
+    def save_own_variables(self, store) -> None:
+        """Saves this optimizer's own variables; each case's optimizer saves its own state in the
+        file, as an attribute of this one."""
+        for i, variable in enumerate(self._variables):
+            store[str(i)] = variable.numpy()
+
+    def load_own_variables(self, store) -> None:
+        """Inverse of :meth:`save_own_variables`."""
+        if len(store.keys()) != len(self._variables):
+            warnings.warn(f"Skipping variable loading for optimizer {self.name!r}: it has "
+                          f"{len(self._variables)} variables of its own, the saved one "
+                          f"{len(store.keys())}", stacklevel=2)
+            return
+        for i, variable in enumerate(self._variables):
+            variable.assign(store[str(i)])
 
     def _route(self, variable) -> int:
         for i, predicate in enumerate(self.predicates):

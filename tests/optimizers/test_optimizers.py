@@ -162,6 +162,27 @@ def test_tf_train_checkpoint_restores_bop_momentum(trained, tmp_path):
     assert int(optimizer.optimizers[1].iterations) == int(model.optimizer.optimizers[1].iterations)
 
 
+def test_case_optimizer_variables_are_its_own_then_each_optimizers(trained):
+    optimizer = trained[0].optimizer
+    variables = optimizer.variables
+    assert variables[0] is optimizer.iterations
+    inner = [v for sub in optimizer.optimizers for v in sub.variables]
+    assert len(inner) > 2 * len(optimizer.optimizers)  # the step counts, rates and moments
+    assert all(a is b for a, b in zip(variables[-len(inner):], inner, strict=True))
+    assert len(variables) == len(inner) + 2  # its own step count and learning rate
+
+
+def test_case_optimizer_saves_a_registered_function_as_its_predicate():
+    @keras.saving.register_keras_serializable("bnn_tests", "is_kernel")
+    def is_kernel(variable):
+        return variable.path.endswith("kernel")
+
+    config = keras.optimizers.serialize(CaseOptimizer((is_kernel, Bop())))
+    restored = keras.optimizers.deserialize(config)
+    assert restored.predicates == [is_kernel]
+    assert keras.optimizers.serialize(restored) == config
+
+
 def test_is_binary_variable_of_needs_a_built_model():
     model = keras.Sequential([bnn.BinaryDense(3, name="d")])
     with pytest.raises(ValueError, match="not built"):
