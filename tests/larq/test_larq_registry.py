@@ -72,7 +72,8 @@ def larq_name(obj) -> str:
 
 def kind_of(obj) -> str:
     """The kind of a registered object, as the reference script names it."""
-    for kind, base in (("quantizer", bq.Quantizer), ("metric", keras.metrics.Metric),
+    for kind, base in (("quantizer", lq.quantizers.Quantizer), ("quantizer", bq.Quantizer),
+                       ("metric", keras.metrics.Metric),
                        ("layer", keras.layers.Layer), ("constraint", keras.constraints.Constraint),
                        ("optimizer", keras.optimizers.Optimizer)):
         if isinstance(obj, type) and issubclass(obj, base):

@@ -16,7 +16,7 @@ from support import DATA_DIR
 
 matplotlib.use("Agg")
 
-N_TRAIN, N_TEST, EPOCHS = 1500, 500, 3
+N_TRAIN, N_TEST, EPOCHS = 600, 200, 2
 
 # Cell by cell; the sizes and epochs are the tutorial's (50000, 10000, 100) until substituted.
 TUTORIAL = '''
