@@ -43,6 +43,7 @@ from bnn.errors import ConversionError
 from bnn.layers import constraints as bc
 from bnn.layers import normalization, pooling
 from bnn.larq import constraints as larq_constraints
+from bnn.larq import layers as larq_layers
 from bnn.larq import quantizers as larq_quantizers
 
 __all__ = ["ConversionError", "convert", "convert_file", "FORMATS"]
@@ -63,8 +64,6 @@ _LARQ_LAYERS = {
     "QuantSeparableConv2D": (bl.BinarySeparableConv2D, ("input_quantizer", "depthwise_quantizer",
                                                         "pointwise_quantizer")),
 }
-_LARQ_UNSUPPORTED = ("QuantConv1D", "QuantConv3D", "QuantConv2DTranspose", "QuantConv3DTranspose",
-                     "QuantLocallyConnected1D", "QuantLocallyConnected2D", "QuantSeparableConv1D")
 #: Keras layers converted from their tf-keras config; batch norm and max pooling become bnn's
 #: drop-ins (same values and gradients, faster in bnn's training).
 _KERAS_LAYERS = {
@@ -360,7 +359,7 @@ def _translate(entry: dict, path: Path) -> keras.layers.Layer:
     if class_name in ("Sequential", "Functional", "Model"):
         raise ConversionError(f"{where}: is a nested model; flatten it into the outer model in "
                               "the Larq environment and save again")
-    if class_name in _LARQ_UNSUPPORTED:
+    if class_name in larq_layers.UNSUPPORTED:
         raise ConversionError(
             f"{where}: has no bnn counterpart; bnn converts {', '.join(_LARQ_LAYERS)}: replace "
             "this layer in the Larq model, or keep the model in Larq")

@@ -13,7 +13,7 @@ On top of the bnn layer, each one, as in Larq:
 * resolves quantizers by Larq's names and ``kernel_constraint="weight_clip"``;
 * tags each quantized kernel variable with its quantizer's ``precision`` (bits), which
   :meth:`bnn.larq.optimizers.Bop.is_binary_variable` reads;
-* tracks ``flip_ratio/<layer name>``, the fraction of quantized kernel entries that change per
+* tracks ``flip_ratio/<quantizer name>`` (Larq's name), the fraction of quantized kernel entries that change per
   training step (a Keras metric in the training logs), when its kernel quantizer asks for it
   (``metrics=["flip_ratio"]`` or :func:`bnn.larq.context.metrics_scope`);
 * logs a warning for a binary kernel quantizer without a constraint (the latent weights may
@@ -61,6 +61,9 @@ def _activation(activation: Any) -> Any:
 class _LarqLayer:
     """What the four layers add to their bnn layer: Larq's metrics and precision tags."""
 
+    #: As in Larq, the kernel constraint first applies after the first optimizer step.
+    _clip_on_build = False
+
     #: ``(kernel attribute, quantizer attribute, constraint attribute)`` of each kernel.
     _kernels: tuple[tuple[str, str, str], ...] = (("kernel", "kernel_quantizer",
                                                    "kernel_constraint"),)
@@ -91,12 +94,23 @@ class _LarqLayer:
             kernel.precision = getattr(quantizer, "precision", None)
             wanted = self._layer_metrics or getattr(quantizer, "_custom_metrics", None) or ()
             if "flip_ratio" in wanted:
-                suffix = "" if len(self._kernels) == 1 else "/" + kernel_attr
                 tracked.append((kernel_attr, quantizer_attr))
                 metrics.append(larq_metrics.FlipRatio(values_shape=tuple(kernel.shape),
-                                                      name=f"flip_ratio/{self.name}{suffix}"))
+                                                      name=self._flip_ratio_name(quantizer,
+                                                                                 kernel_attr)))
         self._flip_ratio_kernels = tuple(tracked)
         self._flip_ratios = metrics
+
+    def _flip_ratio_name(self, quantizer, kernel_attr: str) -> str:
+        """Larq's name of a kernel's flip-ratio metric, ``flip_ratio/<quantizer name>`` (a
+        quantizer Larq's way, a Keras layer, is named ``ste_sign``, ``ste_sign_1``, ...); for
+        a plain function, ``flip_ratio/<layer name>`` (and ``/<kernel>`` where the layer has
+        several kernels)."""
+        name = getattr(quantizer, "name", None)
+        if isinstance(name, str) and name:
+            return f"flip_ratio/{name}"
+        suffix = "" if len(self._kernels) == 1 else "/" + kernel_attr
+        return f"flip_ratio/{self.name}{suffix}"
 
     #: Whether the bnn layer's ``call`` takes ``training`` (BinaryDense and BinaryConv2D do).
     _call_takes_training = False

@@ -98,9 +98,13 @@ class QuantizedLayer:
         """True when this layer quantizes (``precision="binary"``)."""
         return self.precision == "binary"
 
+    #: Whether ``build`` clips the initial kernels by their :class:`WeightClip` (Larq's layers
+    #: leave them to the first optimizer step).
+    _clip_on_build = True
+
     def build(self, input_shape):
         super().build(input_shape)
-        if self.quantized:  # WeightClip holds from the first step on
+        if self.quantized and self._clip_on_build:  # WeightClip holds from the first step on
             for _, kernel, constraint in self.quantized_kernels:
                 clip = getattr(self, constraint)
                 if isinstance(clip, WeightClip):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import bnn
 import bnn.larq as lq
 from bnn.layers import constraints as bc
 from bnn import layers as bl
@@ -376,7 +377,8 @@ def test_flip_ratio_metrics_follow_larqs_scope_and_arguments():
     assert first_layer(kernel_quantizer="ste_sign").metrics == []
     with lq.context.metrics_scope(["flip_ratio"]):
         scoped = first_layer(kernel_quantizer="ste_sign")
-    assert [m.name for m in scoped.metrics] == [f"flip_ratio/{scoped.name}"]
+    assert [m.name for m in scoped.metrics] == [f"flip_ratio/{scoped.kernel_quantizer.name}"]
+    assert scoped.kernel_quantizer.name.startswith("ste_sign")  # Larq's name for it
     assert lq.context.get_training_metrics() == set()
     explicit = first_layer(kernel_quantizer=lq.quantizers.SteSign(metrics=["flip_ratio"]))
     assert len(explicit.metrics) == 1
@@ -389,7 +391,7 @@ def test_flip_ratio_metrics_follow_larqs_scope_and_arguments():
 def test_flip_ratio_is_logged_per_epoch_as_the_mean_per_step_fraction_of_flips():
     keras.utils.set_random_seed(3)
     model = keras.Sequential([keras.Input((6,)), lq.layers.QuantDense(
-        5, kernel_quantizer=lq.quantizers.SteSign(metrics=["flip_ratio"]), name="flips")])
+        5, kernel_quantizer=lq.quantizers.SteSign(metrics=["flip_ratio"], name="flips"))])
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
     signs = []
 
@@ -692,3 +694,22 @@ def test_larqs_documented_bop_and_case_optimizer_examples_train_binary_weights()
         assert set(np.unique(trained)) <= {-1.0, 1.0}
         assert (trained != binary).any()
         assert not np.allclose(model.layers[-1].kernel.numpy(), before)
+
+
+def test_the_kernel_constraint_first_applies_after_a_step_as_in_larq():
+    """An initializer that draws beyond the clip value: Larq keeps the drawn kernel until the
+    first optimizer step clips it; bnn's own layers clip at build."""
+    draw = keras.initializers.RandomUniform(-2.0, 2.0, seed=1)
+    larq_layer = lq.layers.QuantDense(8, kernel_quantizer="ste_sign",
+                                      kernel_constraint="weight_clip", kernel_initializer=draw)
+    larq_layer.build((None, 4))
+    own = bnn.BinaryDense(8, kernel_initializer=keras.initializers.RandomUniform(-2.0, 2.0,
+                                                                                 seed=1))
+    own.build((None, 4))
+    drawn = larq_layer.kernel.numpy()
+    assert np.abs(drawn).max() > 1.0
+    np.testing.assert_array_equal(own.kernel.numpy(), np.clip(drawn, -1.0, 1.0))
+    model = keras.Sequential([keras.Input((4,)), larq_layer])
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+    model.fit(np.ones((4, 4)), np.ones((4, 8)), verbose=0)
+    np.testing.assert_array_equal(larq_layer.kernel.numpy(), np.clip(drawn, -1.0, 1.0))

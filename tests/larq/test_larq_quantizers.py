@@ -320,7 +320,7 @@ def test_metrics(quantizer):
     assert [type(m) for m in layer.metrics] == [lq.metrics.FlipRatio]
     history = model.fit(RNG.normal(size=(8, 32)), RNG.normal(size=(8, 3)), batch_size=4,
                         verbose=0)
-    assert f"flip_ratio/{layer.name}" in history.history
+    assert f"flip_ratio/{layer.kernel_quantizer.name}" in history.history
 
 
 def test_get_kernel_quantizer_assigns_metrics():
