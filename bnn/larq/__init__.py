@@ -21,10 +21,10 @@ quantizers are Keras layers, as in Larq; one used as a model layer of its own is
 ``bnn.larq``'s class.
 """
 
-from bnn.larq import (activations, constraints, context, conversion, layers, math, metrics,
-                      models, optimizers, quantizers)
+from bnn.larq import (activations, callbacks, constraints, context, conversion, layers, math,
+                      metrics, models, optimizers, quantizers)
 from bnn.larq import keras_names  # noqa: F401  (registers Larq's names with Keras)
 from bnn.larq.conversion import ConversionError, convert
 
-__all__ = ["activations", "constraints", "context", "conversion", "layers", "math", "metrics",
-           "models", "optimizers", "quantizers", "convert", "ConversionError"]
+__all__ = ["activations", "callbacks", "constraints", "context", "conversion", "layers", "math",
+           "metrics", "models", "optimizers", "quantizers", "convert", "ConversionError"]

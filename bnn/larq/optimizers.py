@@ -32,10 +32,6 @@ def _hyper(value: Any) -> Any:
     return value if isinstance(value, _Schedule) else float(value)
 
 
-def _serialize_hyper(value: Any) -> Any:
-    return keras.saving.serialize_keras_object(value) if isinstance(value, _Schedule) else value
-
-
 def _deserialize_hyper(value: Any, custom_objects=None) -> Any:
     """A float, or a schedule from its Keras 3 or tf-keras (Larq's) config. tf-keras saves an
     unnamed schedule with ``name: None``, which Keras 3's schedules cannot run with: they then
@@ -58,35 +54,28 @@ class Bop(bo.Bop):
 
     with the outer sign +1 at 0 and the inner one 0 at 0: ``w`` flips where :math:`w m > \tau`
     and every trained weight becomes ±1. ``threshold`` (:math:`\tau`) and ``gamma``
-    (:math:`\gamma`) may be ``LearningRateSchedule``\ s, evaluated at the step count.
+    (:math:`\gamma`) may be ``LearningRateSchedule``\ s, evaluated at the step count. Given as
+    numbers, they are settable attributes read at every step (``bop.gamma = 1e-3``, or
+    :class:`bnn.larq.callbacks.HyperparameterScheduler`), as in Larq.
 
     Train only binary kernels with it (see :class:`CaseOptimizer` and
     :meth:`is_binary_variable`).
     """
 
     def __init__(self, threshold: Any = 1e-8, gamma: Any = 1e-4, name: str = "Bop", **kwargs):
-        kwargs.pop("learning_rate", None)
-        keras.optimizers.Optimizer.__init__(self, learning_rate=_hyper(gamma), name=name,
-                                            **kwargs)
-        self.threshold = _hyper(threshold)
+        super().__init__(threshold=threshold, gamma=gamma, name=name, **kwargs)
 
-    def _threshold(self, dtype):
-        if isinstance(self.threshold, _Schedule):
-            return ops.cast(self.threshold(self.iterations), dtype)
-        return ops.cast(self.threshold, dtype)
+    # Larq takes any number or schedule for both
+    _checked_gamma = staticmethod(_hyper)
+    _checked_threshold = staticmethod(_hyper)
 
     def update_step(self, gradient, variable, learning_rate) -> None:
         gamma = ops.cast(learning_rate, variable.dtype)
         m = self._momentums[self._get_variable_index(variable)]
         self.assign(m, m + gamma * (ops.cast(gradient, variable.dtype) - m))
-        pushed = -ops.sign(variable * m - self._threshold(variable.dtype)) * variable
+        pushed = -ops.sign(variable * m - self._current_threshold(variable.dtype)) * variable
         self.assign(variable, ops.where(pushed >= 0, ops.ones_like(variable),
                                         -ops.ones_like(variable)))
-
-    def get_config(self) -> dict[str, Any]:
-        config = keras.optimizers.Optimizer.get_config(self)
-        config["gamma"] = config.pop("learning_rate")
-        return {**config, "threshold": _serialize_hyper(self.threshold)}
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects=None) -> Bop:

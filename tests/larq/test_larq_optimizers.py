@@ -223,8 +223,9 @@ def test_bop_config_holds_larqs_entries_and_reads_larqs(larq_registry, case, mak
     registry, _ = larq_registry
     larqs = registry["configs"][case]
     config = make().get_config()
-    assert config["name"] == larqs["name"] and config["threshold"] == larqs["threshold"]
-    assert config["gamma"] == pytest.approx(larqs["gamma"], rel=1e-6)  # a float32 in Keras 3
+    assert config["name"] == larqs["name"]
+    for key in ("gamma", "threshold"):  # float32 variables here, as Larq's once it has trained
+        assert config[key] == pytest.approx(larqs[key], rel=1e-7)
     assert Bop.from_config(larqs).get_config() == config
 
 

@@ -244,8 +244,9 @@ def test_optimizer_names_resolve_to_larqs_defaults(larq_registry):
     bop = keras.optimizers.get("Bop")
     assert type(bop) is lq.optimizers.Bop
     config, larqs = bop.get_config(), registry["configs"]["bop_default"]
-    assert config["name"] == larqs["name"] and config["threshold"] == larqs["threshold"]
-    assert config["gamma"] == pytest.approx(larqs["gamma"], rel=1e-6)  # a float32 in Keras 3
+    assert config["name"] == larqs["name"]
+    for key in ("gamma", "threshold"):  # float32 variables here, as Larq's once it has trained
+        assert config[key] == pytest.approx(larqs[key], rel=1e-7)
     # Larq's lookup fails with a KeyError; here a one-line error says what to do
     assert registry["lookups"]["CaseOptimizer"].startswith("error:")
     with pytest.raises(ValueError, match="cannot be made from its name alone"):

@@ -68,11 +68,39 @@ def test_bop_flips_only_where_momentum_exceeds_threshold_and_agrees_in_sign_unde
     assert 0 < (w.numpy() != w0).sum() < w0.size  # the example exercises both outcomes
 
 
+def test_bop_gamma_and_threshold_set_between_steps_reach_a_step_compiled_once():
+    rng = np.random.default_rng(4)
+    w0 = rng.choice([-1.0, 1.0], size=(6, 5)).astype("float32")
+    grads = rng.normal(size=(3, 6, 5)).astype("float32")
+    w = keras.Variable(w0)
+    opt = Bop(threshold=1e-8, gamma=1e-4)
+    opt.build([w])
+    step = tf.function(lambda g: opt.apply([g], [w]), jit_compile=True)
+    want_w, want_m = w0, np.zeros_like(w0)
+    for g, (gamma, threshold) in zip(grads, [(0.5, 0.1), (0.9, 0.6), (0.2, 0.0)]):
+        opt.gamma, opt.threshold = gamma, threshold
+        step(tf.constant(g))
+        want_w, want_m = np_bop(want_w, want_m, [g], gamma=gamma, threshold=threshold)
+        np.testing.assert_allclose(opt._momentums[0].numpy(), want_m, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(w.numpy(), want_w)
+    assert step.experimental_get_tracing_count() == 1
+    config = opt.get_config()
+    assert config["threshold"] == 0.0 and config["gamma"] == pytest.approx(0.2)
+    # the threshold is in the config, not a variable: saved optimizer state keeps its layout
+    assert [id(v) for v in opt.variables] == [id(opt.iterations), id(opt.gamma),
+                                              id(opt._momentums[0])]
+
+
 def test_bop_rejects_bad_arguments_with_clear_message():
     with pytest.raises(ValueError, match="threshold must be >= 0"):
         Bop(threshold=-1.0)
     with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
         Bop(gamma=2.0)
+    opt = Bop()
+    with pytest.raises(ValueError, match="threshold must be >= 0"):
+        opt.threshold = -1.0
+    with pytest.raises(ValueError, match=r"gamma must be in \(0, 1\]"):
+        opt.gamma = 0.0
 
 
 def test_routing_sends_binary_kernels_to_bop_and_everything_else_to_adam():
