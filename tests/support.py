@@ -108,6 +108,26 @@ def tensorboard_server(logdir: Path, timeout: float = 90.0) -> Iterator[str]:
         server.wait(timeout=30)
 
 
+def larq_script_output(request, script: str, last_file: str) -> Path:
+    """Runs ``tests/larq/<script>`` in Larq's environment (:func:`larq_python`, which skips the
+    test where there is none) with an output folder, and returns the folder. The folder is kept
+    in pytest's cache, keyed by the script's text and the Larq python, so later sessions reuse
+    it while ``last_file`` (the file the script writes last) is there (``pytest --cache-clear``
+    redoes it)."""
+    import hashlib
+
+    python = larq_python()
+    path = ROOT / "tests" / "larq" / script
+    key = hashlib.sha256(path.read_bytes() + str(python).encode()).hexdigest()[:16]
+    out = Path(request.config.cache.mkdir(f"{path.stem}_{key}"))
+    if not (out / last_file).exists():
+        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+        result = subprocess.run([str(python), str(path), str(out)], env=env,
+                                capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
 def larq_python() -> Path:
     """The Python of an environment with Larq and tf-keras (which must not share a process
     with bnn): ``$BNN_LARQ_PYTHON``, else ``larq-env/bin/python`` beside the repository.

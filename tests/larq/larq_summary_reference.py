@@ -2,12 +2,12 @@
 
 Larq needs tf-keras, so this script runs in its own environment and never imports bnn::
 
-    TF_USE_LEGACY_KERAS=1 larq-env/bin/python tests/larq/larq_summary_reference.py OUT.json
+    TF_USE_LEGACY_KERAS=1 larq-env/bin/python tests/larq/larq_summary_reference.py OUT_DIR
 
 Each example model is Python source (:data:`MODELS`) that uses ``tf`` and ``lq`` the way Larq's
 documentation and tests do: with ``tf.keras`` being tf-keras and ``lq`` Larq here, Keras 3 and
 ``bnn.larq`` in ``tests/larq/test_larq_summary.py``, which imports this file for the sources
-(importing it loads neither Larq nor TensorFlow). For each model OUT.json records what
+(importing it loads neither Larq nor TensorFlow). For each model OUT_DIR/summaries.json records what
 ``summary`` passed to ``print_fn`` (with and without ``include_macs``) and Larq's table and
 summary cells (``ModelProfile.generate_table`` / ``generate_summary``, as strings). It also
 records Larq's number and memory formats for a range of values, and the errors Larq raises.
@@ -494,7 +494,7 @@ def source(name: str) -> str:
     return textwrap.dedent(MODELS[name])
 
 
-def main(out_path: str) -> None:
+def main(out_dir: str) -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import larq as lq
@@ -541,7 +541,7 @@ def main(out_path: str) -> None:
         "numbers": [[n, lq_models._number_as_readable_str(n)] for n in NUMBERS],
         "memory": [[n, lq_utils.memory_as_readable_str(n)] for n in MEMORY_BITS],
     }
-    with open(out_path, "w") as f:
+    with open(os.path.join(out_dir, "summaries.json"), "w") as f:
         json.dump(reference, f, indent=1)
 
 

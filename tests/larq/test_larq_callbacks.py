@@ -11,12 +11,8 @@ ports of Larq's tests check Larq's assertions without it.
 """
 
 import contextlib
-import hashlib
 import io
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -25,7 +21,7 @@ import tensorflow as tf
 
 import bnn.larq as lq
 from bnn.larq.callbacks import HyperparameterScheduler
-from support import ROOT, larq_python, run_events
+from support import larq_script_output, run_events
 
 Bop, CaseOptimizer = lq.optimizers.Bop, lq.optimizers.CaseOptimizer
 
@@ -36,15 +32,7 @@ def larq_reference(request):
 
     Kept in pytest's cache, keyed by the script and the Larq python (``pytest --cache-clear``
     rebuilds it)."""
-    python = larq_python()
-    script = ROOT / "tests" / "larq" / "larq_callbacks_reference.py"
-    key = hashlib.sha256(script.read_bytes() + str(python).encode()).hexdigest()[:16]
-    out = Path(request.config.cache.mkdir(f"larq_callbacks_{key}"))
-    if not (out / "callbacks.json").exists():
-        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-        result = subprocess.run([str(python), str(script), str(out)], env=env,
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+    out = larq_script_output(request, "larq_callbacks_reference.py", "callbacks.json")
     reference = json.loads((out / "callbacks.json").read_text())
     assert reference["larq"] == "0.14.0", reference["larq"]
     return reference, np.load(out / "trace.npz")

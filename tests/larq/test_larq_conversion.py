@@ -7,7 +7,6 @@ tf-keras, which must not share a process with bnn): ``BNN_LARQ_PYTHON``, else
 cases at the end need no Larq: they write tf-keras-style files with h5py.
 """
 
-import hashlib
 import json
 import os
 import subprocess
@@ -28,7 +27,7 @@ from bnn import layers as bl
 from bnn.packed import export
 from bnn.larq import conversion
 from bnn.cli import main
-from support import ROOT, larq_python, needs_mnist, run_cli
+from support import larq_python, larq_script_output, needs_mnist, run_cli
 
 MODELS = ("binarynet_mlp", "vgg_style", "scaled_quantizers")
 FORMATS = (".h5", ".keras", "_savedmodel")
@@ -40,15 +39,7 @@ def larq_reference(request):
 
     The output is kept in pytest's cache, keyed by the script and the Larq python, so later
     sessions reuse it (``pytest --cache-clear`` rebuilds it)."""
-    python = larq_python()
-    script = ROOT / "tests" / "larq" / "larq_reference.py"
-    key = hashlib.sha256(script.read_bytes() + str(python).encode()).hexdigest()[:16]
-    out = Path(request.config.cache.mkdir(f"larq_reference_{key}"))
-    if not (out / "manifest.json").exists():
-        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-        result = subprocess.run([str(python), str(script), str(out)], env=env,
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+    out = larq_script_output(request, "larq_reference.py", "manifest.json")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["larq"] == "0.14.0", manifest
     return out, np.load(out / "reference.npz"), manifest

@@ -9,11 +9,7 @@ saying so; the ports of Larq's tests check Larq's documented values and need no 
 """
 
 import functools
-import hashlib
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -23,7 +19,7 @@ import tensorflow as tf
 import bnn.larq as lq
 from bnn import layers as bl
 from bnn import quantizers as bq
-from support import ROOT, larq_python
+from support import ROOT, larq_script_output
 
 RNG = np.random.default_rng(4242)
 
@@ -450,15 +446,7 @@ def test_ste_sign_layers_keep_bnns_fast_path():
 def larq_quantizers(request):
     """Runs tests/larq/larq_quantizers_reference.py in Larq's environment; returns (arrays,
     manifest), kept in pytest's cache keyed by the script and the Larq python."""
-    python = larq_python()
-    script = ROOT / "tests" / "larq" / "larq_quantizers_reference.py"
-    key = hashlib.sha256(script.read_bytes() + str(python).encode()).hexdigest()[:16]
-    out = Path(request.config.cache.mkdir(f"larq_quantizers_{key}"))
-    if not (out / "manifest.json").exists():
-        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-        result = subprocess.run([str(python), str(script), str(out)], env=env,
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+    out = larq_script_output(request, "larq_quantizers_reference.py", "manifest.json")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["larq"] == "0.14.0", manifest
     return np.load(out / "reference.npz"), manifest

@@ -9,13 +9,11 @@ saved models, to objects that give Larq's values. Without the Larq environment t
 saying so; the ports of Larq's tests check Larq's documented values without it.
 """
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -26,7 +24,7 @@ import bnn.larq as lq
 from bnn import quantizers as bq
 from bnn.layers import constraints as bc
 from bnn.larq import keras_names
-from support import ROOT, larq_python
+from support import larq_script_output
 
 RNG = np.random.default_rng(1337)
 #: Larq's ``weight_clip`` is an empty subclass of its ``WeightClip``; bnn.larq's is the class.
@@ -39,15 +37,7 @@ def larq_registry(request):
 
     The output is kept in pytest's cache, keyed by the script and the Larq python, so later
     sessions reuse it (``pytest --cache-clear`` rebuilds it)."""
-    python = larq_python()
-    script = ROOT / "tests" / "larq" / "larq_registry_reference.py"
-    key = hashlib.sha256(script.read_bytes() + str(python).encode()).hexdigest()[:16]
-    out = Path(request.config.cache.mkdir(f"larq_registry_{key}"))
-    if not (out / "registry.json").exists():
-        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-        result = subprocess.run([str(python), str(script), str(out)], env=env,
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+    out = larq_script_output(request, "larq_registry_reference.py", "registry.json")
     registry = json.loads((out / "registry.json").read_text())
     assert registry["larq"] == "0.14.0", registry["larq"]
     return registry, np.load(out / "values.npz")

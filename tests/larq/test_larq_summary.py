@@ -12,12 +12,9 @@ environment those tests skip, and the tutorials' tables as Larq's documentation 
 are the reference.
 """
 
-import hashlib
 import importlib.util
 import json
-import os
 import re
-import subprocess
 
 import keras
 import pytest
@@ -26,7 +23,7 @@ import tensorflow as tf
 import bnn.larq as lq
 from bnn.larq import models as larq_models
 from bnn.models import summary as counts
-from support import ROOT, larq_python
+from support import ROOT, larq_script_output
 
 SCRIPT = ROOT / "tests" / "larq" / "larq_summary_reference.py"
 _spec = importlib.util.spec_from_file_location("larq_summary_reference", SCRIPT)
@@ -75,14 +72,7 @@ def larq_summaries(request) -> dict:
     """Runs the reference script in Larq's environment; returns what it recorded. Cached in
     pytest's cache, keyed by the script and the Larq python (``pytest --cache-clear`` redoes
     it)."""
-    python = larq_python()
-    key = hashlib.sha256(SCRIPT.read_bytes() + str(python).encode()).hexdigest()[:16]
-    out = request.config.cache.mkdir(f"larq_summary_{key}") / "summaries.json"
-    if not out.exists():
-        env = {**os.environ, "TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-        result = subprocess.run([str(python), str(SCRIPT), str(out)], env=env,
-                                capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
+    out = larq_script_output(request, SCRIPT.name, "summaries.json") / "summaries.json"
     found = json.loads(out.read_text())
     assert found["larq"] == "0.14.0", found["larq"]
     return found

@@ -3,10 +3,14 @@ cell by cell as a Larq user runs it, with two changes only: ``import bnn.larq as
 ``import larq as lq``, and Keras 3's optimizer arguments (``learning_rate=`` for ``lr=``, and the
 ``decay=`` that Keras 3 no longer takes written as the schedule it stood for).
 
-For the test's time, the data are cut to a few hundred images and the 100 epochs to 3; both are
+For the test's time, the data are cut to a few hundred images and the 100 epochs to 2; both are
 marked below and substituted into the tutorial's own lines. The CIFAR-10 download becomes the
-copy in ``$BNN_DATA_DIR`` (no network here).
+copy in ``$BNN_DATA_DIR`` (no network here). The model cell is the one
+``larq_summary_reference.py`` builds with Larq itself.
 """
+
+import importlib.util
+from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -17,6 +21,13 @@ from support import DATA_DIR
 matplotlib.use("Agg")
 
 N_TRAIN, N_TEST, EPOCHS = 600, 200, 2
+
+# The tutorial's model cell, as tests/larq/larq_summary_reference.py holds it for Larq itself.
+_spec = importlib.util.spec_from_file_location(
+    "larq_summary_reference", Path(__file__).with_name("larq_summary_reference.py"))
+_reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_reference)
+MODEL = _reference.source("binarynet_cifar10")
 
 # Cell by cell; the sizes and epochs are the tutorial's (50000, 10000, 100) until substituted.
 TUTORIAL = '''
@@ -38,51 +49,7 @@ train_images, test_images = train_images / 127.5 - 1, test_images / 127.5 - 1
 train_labels = tf.keras.utils.to_categorical(train_labels, num_classes)
 test_labels = tf.keras.utils.to_categorical(test_labels, num_classes)
 
-# All quantized layers except the first will use the same options
-kwargs = dict(input_quantizer="ste_sign",
-              kernel_quantizer="ste_sign",
-              kernel_constraint="weight_clip",
-              use_bias=False)
-
-model = tf.keras.models.Sequential([
-    # In the first layer we only quantize the weights and not the input
-    lq.layers.QuantConv2D(128, 3,
-                          kernel_quantizer="ste_sign",
-                          kernel_constraint="weight_clip",
-                          use_bias=False,
-                          input_shape=(32, 32, 3)),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantConv2D(128, 3, padding="same", **kwargs),
-    tf.keras.layers.MaxPool2D(pool_size=(2, 2), strides=(2, 2)),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantConv2D(256, 3, padding="same", **kwargs),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantConv2D(256, 3, padding="same", **kwargs),
-    tf.keras.layers.MaxPool2D(pool_size=(2, 2), strides=(2, 2)),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantConv2D(512, 3, padding="same", **kwargs),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantConv2D(512, 3, padding="same", **kwargs),
-    tf.keras.layers.MaxPool2D(pool_size=(2, 2), strides=(2, 2)),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-    tf.keras.layers.Flatten(),
-
-    lq.layers.QuantDense(1024, **kwargs),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantDense(1024, **kwargs),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-
-    lq.layers.QuantDense(10, **kwargs),
-    tf.keras.layers.BatchNormalization(momentum=0.999, scale=False),
-    tf.keras.layers.Activation("softmax")
-])
-
+{model}
 lq.models.summary(model)
 
 model.compile(
@@ -140,7 +107,7 @@ def cifar_subset(monkeypatch):
 
 
 def test_binarynet_cifar10_tutorial_runs_unchanged_but_for_the_import(cifar_subset, capsys):
-    source = (TUTORIAL.replace("(50000,", f"({N_TRAIN},").replace("(10000,", f"({N_TEST},")
+    source = (TUTORIAL.replace("{model}", MODEL).replace("(50000,", f"({N_TRAIN},").replace("(10000,", f"({N_TEST},")
               .replace("epochs=100", f"epochs={EPOCHS}"))
     namespace: dict = {}
     exec(compile(source, "binarynet_cifar10", "exec"), namespace)  # noqa: S102 - the tutorial
