@@ -35,10 +35,12 @@ SEED = 11
 CASES = [
     ("ste_sign", "SteSign", {}, "grid"),
     ("ste_sign_clip_half", "SteSign", {"clip_value": 0.5}, "grid"),
+    ("ste_sign_clip2", "SteSign", {"clip_value": 2.0}, "grid"),
     ("ste_sign_noclip", "SteSign", {"clip_value": None}, "grid"),
     ("approx_sign", "ApproxSign", {}, "grid"),
     ("swish_sign", "SwishSign", {}, "grid"),
     ("swish_sign_beta2", "SwishSign", {"beta": 2.0}, "grid"),
+    ("swish_sign_beta10", "SwishSign", {"beta": 10.0}, "grid"),
     ("magnitude_aware_sign", "MagnitudeAwareSign", {}, "kernel"),
     ("magnitude_aware_sign_clip2", "MagnitudeAwareSign", {"clip_value": 2.0}, "kernel"),
     ("ste_heaviside", "SteHeaviside", {}, "grid"),

@@ -2,7 +2,7 @@
 
 Larq needs tf-keras, so this script runs in its own environment and never imports bnn::
 
-    TF_USE_LEGACY_KERAS=1 larq-env/bin/python tests/larq_reference.py OUT_DIR
+    TF_USE_LEGACY_KERAS=1 larq-env/bin/python tests/larq/larq_reference.py OUT_DIR
 
 It writes into OUT_DIR:
 
@@ -10,11 +10,11 @@ It writes into OUT_DIR:
   few steps (so that batch-norm statistics and latent weights have moved) and saved in the three
   formats Larq users have (``mnist_tutorial``, used to train further, only as ``.h5``);
 * ``reference.npz``: for each model its inputs ``model/<name>/x`` and inference outputs
-  ``model/<name>/y``; for each quantizer case its input, upstream gradient, output and input
-  gradient (``quantizer/<id>/{x,dy,y,dx}``); for each Bop case the initial and final weights of
-  a short training run (``bop/<id>/...``);
-* ``manifest.json``: the quantizer cases (class name and keyword arguments), the Bop cases, and
-  the Larq and TensorFlow versions.
+  ``model/<name>/y``; for each Bop case the initial and final weights of a short training run
+  (``bop/<id>/...``);
+* ``manifest.json``: the Bop cases, and the Larq and TensorFlow versions.
+
+Quantizer values and gradients are recorded by ``larq_quantizers_reference.py``.
 """
 
 import json
@@ -135,48 +135,11 @@ def mnist_tutorial():
 MODELS = {"binarynet_mlp": binarynet_mlp, "vgg_style": vgg_style,
           "scaled_quantizers": scaled_quantizers, "mnist_tutorial": mnist_tutorial}
 
-QUANTIZER_CASES = [
-    ("ste_sign", "SteSign", {}),
-    ("ste_sign_clip2", "SteSign", {"clip_value": 2.0}),
-    ("ste_sign_noclip", "SteSign", {"clip_value": None}),
-    ("approx_sign", "ApproxSign", {}),
-    ("swish_sign", "SwishSign", {}),
-    ("swish_sign_beta10", "SwishSign", {"beta": 10.0}),
-    ("magnitude_aware_sign", "MagnitudeAwareSign", {}),
-    ("ste_heaviside", "SteHeaviside", {}),
-    ("ste_heaviside_noclip", "SteHeaviside", {"clip_value": None}),
-    ("ste_tern", "SteTern", {}),
-    ("ste_tern_twn", "SteTern", {"ternary_weight_networks": True}),
-    ("ste_tern_custom", "SteTern", {"threshold_value": 0.3, "clip_value": 1.5}),
-    ("dorefa_2", "DoReFa", {}),
-    ("dorefa_4", "DoReFa", {"k_bit": 4}),
-    ("dorefa_weights_3", "DoReFa", {"k_bit": 3, "mode": "weights"}),
-    ("noop", "NoOp", {"precision": 1}),
-]
-
 BOP_CASES = {
     # kernel quantizer of the two binary layers, Bop arguments ("schedule" = InverseTimeDecay)
     "noop_constant": ("noop", {"threshold": 1e-5, "gamma": 0.05}),
     "ste_sign_schedule": ("ste_sign", "schedule"),
 }
-
-
-def quantizer_references(out: dict) -> list:
-    rng = np.random.default_rng(SEED)
-    cases = []
-    for case_id, cls, kwargs in QUANTIZER_CASES:
-        x = rng.uniform(-2, 2, (3, 4, 5)).astype("float32")
-        x[0, 0, :] = 0.0
-        dy = rng.normal(size=x.shape).astype("float32")
-        tx = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(tx)
-            y = getattr(lq.quantizers, cls)(**kwargs)(tx)
-        dx = tape.gradient(y, tx, output_gradients=tf.constant(dy))
-        for key, value in dict(x=x, dy=dy, y=y.numpy(), dx=dx.numpy()).items():
-            out[f"quantizer/{case_id}/{key}"] = value
-        cases.append({"id": case_id, "class": cls, "kwargs": kwargs})
-    return cases
 
 
 def bop_model(kernel_quantizer):
@@ -239,7 +202,7 @@ def main(out_dir: str) -> None:
         if name != "mnist_tutorial":  # used for training further; one format is enough
             model.save(out_dir / f"{name}.keras")
             model.save(out_dir / f"{name}_savedmodel", save_format="tf")
-    manifest = {"quantizers": quantizer_references(out), "bop": bop_references(out),
+    manifest = {"bop": bop_references(out),
                 "larq": lq.__version__, "tensorflow": tf.__version__}
     np.savez(out_dir / "reference.npz", **out)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
