@@ -108,6 +108,30 @@ def tensorboard_server(logdir: Path, timeout: float = 90.0) -> Iterator[str]:
         server.wait(timeout=30)
 
 
+def load_with_bnn_alone(model, x, tmp_path: Path, describe: str) -> list[str]:
+    """Saves ``model`` to ``tmp_path``, loads it in a fresh process that imports ``bnn`` alone
+    (no ``bnn.larq``), checks that its outputs on ``x`` are the saved model's, and returns the
+    words that process prints for ``describe`` (a Python expression of ``model``)."""
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", np.asarray(model(x)))
+    model.save(tmp_path / "m.keras")
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        import bnn, keras
+        model = keras.saving.load_model({str(tmp_path / 'm.keras')!r})
+        y = np.asarray(model(np.load({str(tmp_path / 'x.npy')!r})))
+        assert np.array_equal(y, np.load({str(tmp_path / 'y.npy')!r})), "outputs differ"
+        assert not any(m.startswith("bnn.larq") for m in sys.modules), "bnn.larq was imported"
+        print({describe})
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.split()
+
+
 def larq_script_output(request, script: str, last_file: str) -> Path:
     """Runs ``tests/larq/<script>`` in Larq's environment (:func:`larq_python`, which skips the
     test where there is none) with an output folder, and returns the folder. The folder is kept

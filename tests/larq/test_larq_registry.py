@@ -10,10 +10,6 @@ saying so; the ports of Larq's tests check Larq's documented values without it.
 """
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import keras
 import numpy as np
@@ -24,7 +20,7 @@ import bnn.larq as lq
 from bnn import quantizers as bq
 from bnn.layers import constraints as bc
 from bnn.larq import keras_names
-from support import larq_script_output
+from support import larq_script_output, load_with_bnn_alone
 
 RNG = np.random.default_rng(1337)
 #: Larq's ``weight_clip`` is an empty subclass of its ``WeightClip``; bnn.larq's is the class.
@@ -294,22 +290,10 @@ def test_larqs_names_outside_bnn_larq_save_as_bnn_and_load_after_import_bnn(tmp_
         keras.layers.Activation("approx_sign"), keras.layers.Dense(2),
     ])
     x = RNG.normal(size=(8, 5)).astype("float32")
-    np.save(tmp_path / "x.npy", x)
-    np.save(tmp_path / "y.npy", np.asarray(model(x)))
-    model.save(tmp_path / "m.keras")
-    script = textwrap.dedent(f"""
-        import sys, numpy as np
-        import bnn, keras
-        model = keras.saving.load_model({str(tmp_path / 'm.keras')!r})
-        y = np.asarray(model(np.load({str(tmp_path / 'x.npy')!r})))
-        assert np.array_equal(y, np.load({str(tmp_path / 'y.npy')!r})), "outputs differ"
-        assert not any(m.startswith("bnn.larq") for m in sys.modules)
-        print(type(model.layers[0].kernel_constraint).__name__, model.layers[1].activation.__name__)
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == ["WeightClip", "approx_sign"]
+    described = load_with_bnn_alone(
+        model, x, tmp_path, "type(model.layers[0].kernel_constraint).__name__, "
+                            "model.layers[1].activation.__name__")
+    assert described == ["WeightClip", "approx_sign"]
 
 
 # -- math (larq/math_test.py) -----------------------------------------------------------------
